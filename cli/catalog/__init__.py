@@ -1,0 +1,1 @@
+"""The catalog: which models should run, and the profiles they may run as."""

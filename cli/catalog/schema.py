@@ -1,0 +1,79 @@
+"""Catalog schema (docs/catalog.md). Unknown keys are errors: a typo must not be ignored.
+
+The schema checks shapes; `cli.catalog.load` checks what spans several keys (aliases,
+fallbacks, parallelism arithmetic) and resolves names, so errors can point at lines.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Engine = Literal["vllm", "sglang", "llama.cpp"]
+ENGINES: tuple[Engine, ...] = ("vllm", "sglang", "llama.cpp")
+
+# Engines that can split one replica over several nodes. llama.cpp's RPC backend can, but
+# it is experimental and not something we start for people.
+MULTI_NODE_ENGINES: frozenset[str] = frozenset({"vllm", "sglang"})
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+SOURCE_PATTERN = r"^(hf://[^/\s]+/[^\s]+|file:///\S+|s3://\S+|https?://\S+)$"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Replicas(Strict):
+    min: int = Field(default=1, ge=0)
+    max: int | None = Field(default=None, ge=0)  # None: same as min
+
+    @property
+    def upper(self) -> int:
+        return self.min if self.max is None else self.max
+
+
+class Profile(Strict):
+    name: str = Field(pattern=NAME_PATTERN)
+    priority: int
+    engine: Engine
+    source: str | None = Field(default=None, pattern=SOURCE_PATTERN)
+    gpu_class: str | None = None
+    gpus_per_node: int = Field(default=0, ge=0)
+    nodes: int = Field(default=1, ge=1)
+    tensor_parallel: int | None = Field(default=None, ge=1)
+    pipeline_parallel: int = Field(default=1, ge=1)
+    min_memory_gb: float | None = Field(default=None, gt=0)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def uses_gpus(self) -> bool:
+        return self.gpus_per_node > 0
+
+    @property
+    def tp(self) -> int:
+        return self.tensor_parallel if self.tensor_parallel is not None else self.gpus_per_node
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+    @property
+    def nvlink_group(self) -> int:
+        """GPUs on one node that exchange tensor-parallel traffic and want one NVLink domain."""
+        return min(self.tp, self.gpus_per_node)
+
+
+class Model(Strict):
+    source: str | None = Field(default=None, pattern=SOURCE_PATTERN)
+    aliases: tuple[str, ...] = ()
+    fallbacks: tuple[str, ...] = ()
+    replicas: Replicas = Field(default_factory=Replicas)
+    profiles: tuple[Profile, ...] = Field(min_length=1)
+
+
+class CatalogFile(Strict):
+    models: dict[str, Model] = Field(default_factory=dict)

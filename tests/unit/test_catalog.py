@@ -1,0 +1,230 @@
+"""Catalog loading: what is refused at load, with file, line and key, and what is resolved."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from cli.catalog.load import Catalog, parse_catalog
+from cli.errors import InputError
+
+BASE = """\
+models:
+  qwen:
+    source: hf://Qwen/Qwen2.5-Coder-14B-Instruct
+    aliases: [coder]
+    fallbacks: [small]
+    replicas: {min: 1, max: 2}
+    profiles:
+      - name: h100x2
+        priority: 100
+        engine: vllm
+        gpu_class: H100
+        gpus_per_node: 2
+      - name: cpu
+        priority: 10
+        engine: llama.cpp
+        min_memory_gb: 24
+  small:
+    source: hf://Qwen/Qwen2.5-Coder-7B-Instruct
+    aliases: [coder-small]
+    profiles:
+      - name: cpu
+        priority: 10
+        engine: llama.cpp
+"""
+
+
+def load(text: str) -> Catalog:
+    return parse_catalog(textwrap.dedent(text), "catalog.yaml")
+
+
+def errors_of(text: str) -> list[str]:
+    with pytest.raises(InputError) as caught:
+        load(text)
+    return [str(problem) for problem in caught.value.problems]
+
+
+def test_a_valid_catalog_resolves_aliases_and_fallbacks() -> None:
+    catalog = load(BASE)
+    assert catalog.resolve("coder") == "qwen"
+    assert catalog.resolve("coder-small") == "small"
+    assert catalog.resolve("nothing") is None
+    assert catalog.models["qwen"].fallbacks == ("small",)
+
+
+def test_profiles_are_ordered_by_priority_highest_first() -> None:
+    text = BASE.replace("priority: 100", "priority: 5")
+    names = [p.name for p in load(text).models["qwen"].profiles]
+    assert names == ["cpu", "h100x2"]
+
+
+def test_a_profile_inherits_its_models_source() -> None:
+    profile = load(BASE).models["qwen"].profiles[0]
+    assert profile.source == "hf://Qwen/Qwen2.5-Coder-14B-Instruct"
+
+
+def test_a_fallback_given_as_an_alias_resolves_to_its_model() -> None:
+    text = BASE.replace("fallbacks: [small]", "fallbacks: [coder-small]")
+    assert load(text).models["qwen"].fallbacks == ("small",)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        (
+            "        gpus_per_node: 2\n",
+            "        gpus_per_nod: 2\n",
+            "catalog.yaml:12: models.qwen.profiles[0].gpus_per_nod: unknown key 'gpus_per_nod'"
+            " (did you mean 'gpus_per_node'?)",
+        ),
+        (
+            "        engine: vllm\n",
+            "        engine: vlm\n",
+            "catalog.yaml:10: models.qwen.profiles[0].engine: 'vlm' is not one of vllm, sglang,"
+            " llama.cpp (did you mean 'vllm'?)",
+        ),
+        (
+            "fallbacks: [small]",
+            "fallbacks: [smal]",
+            "catalog.yaml:5: models.qwen.fallbacks[0]: 'smal' is not a model or alias"
+            " (did you mean 'small'?)",
+        ),
+        (
+            "fallbacks: [small]",
+            "fallbacks: [coder]",
+            "catalog.yaml:5: models.qwen.fallbacks[0]: 'coder' is this model itself",
+        ),
+        (
+            "replicas: {min: 1, max: 2}",
+            "replicas: {min: 3, max: 2}",
+            "catalog.yaml:6: models.qwen.replicas.min: min 3 is more than max 2",
+        ),
+        (
+            "aliases: [coder-small]",
+            "aliases: [coder]",
+            "catalog.yaml:19: models.small.aliases[0]: alias 'coder' is already an alias of 'qwen'",
+        ),
+        (
+            "aliases: [coder-small]",
+            "aliases: [qwen]",
+            "catalog.yaml:19: models.small.aliases[0]: alias 'qwen' is the name of a model",
+        ),
+        (
+            "        gpus_per_node: 2\n",
+            "        gpus_per_node: 2\n        tensor_parallel: 4\n",
+            "catalog.yaml:13: models.qwen.profiles[0].tensor_parallel: tensor_parallel ×"
+            " pipeline_parallel = 4 × 1 = 4, but gpus_per_node × nodes = 2 × 1 = 2",
+        ),
+        (
+            "        gpu_class: H100\n",
+            "",
+            "catalog.yaml:8: models.qwen.profiles[0]: a GPU profile (gpus_per_node 2) needs a"
+            " gpu_class",
+        ),
+        (
+            "        min_memory_gb: 24\n",
+            "        min_memory_gb: 24\n        gpu_class: L4\n",
+            "catalog.yaml:17: models.qwen.profiles[1].gpu_class: gpu_class is set but"
+            " gpus_per_node is 0: set gpus_per_node, or remove gpu_class for a CPU profile",
+        ),
+        (
+            "        min_memory_gb: 24\n",
+            "        min_memory_gb: 24\n        nodes: 2\n",
+            "catalog.yaml:17: models.qwen.profiles[1].nodes: a CPU profile runs on one node;"
+            " multi-node needs GPUs",
+        ),
+        (
+            "        priority: 10\n        engine: llama.cpp\n        min_memory_gb: 24\n",
+            "        priority: 100\n        engine: llama.cpp\n        min_memory_gb: 24\n",
+            "catalog.yaml:14: models.qwen.profiles[1].priority: priority 100 is also profile"
+            " 'h100x2's; the highest priority that fits wins, so priorities must differ",
+        ),
+        (
+            "    source: hf://Qwen/Qwen2.5-Coder-7B-Instruct\n",
+            "",
+            "catalog.yaml:20: models.small.profiles[0]: no source: set 'source' on the model or"
+            " on this profile",
+        ),
+        (
+            "    source: hf://Qwen/Qwen2.5-Coder-7B-Instruct\n",
+            "    source: Qwen/Qwen2.5-Coder-7B-Instruct\n",
+            "catalog.yaml:18: models.small.source: 'Qwen/Qwen2.5-Coder-7B-Instruct' is not valid:"
+            " expected hf://ORG/NAME, file:///ABSOLUTE/PATH, s3://BUCKET/KEY or https://URL",
+        ),
+        (
+            "    replicas: {min: 1, max: 2}\n",
+            "    replicas: {min: 1, max: 2}\n    replicas: {min: 2}\n",
+            "catalog.yaml:7: models.qwen.replicas: duplicate key (first written on line 6)",
+        ),
+        (
+            "        priority: 100\n",
+            "        priority: high\n",
+            "catalog.yaml:9: models.qwen.profiles[0].priority: input should be a valid integer,"
+            " unable to parse string as an integer, got 'high'",
+        ),
+    ],
+)
+def test_a_mistake_is_refused_with_file_line_and_key(old: str, new: str, expected: str) -> None:
+    assert old in BASE
+    assert expected in errors_of(BASE.replace(old, new, 1))
+
+
+def test_a_fallback_cycle_is_refused_naming_the_whole_cycle() -> None:
+    text = BASE.replace(
+        "    aliases: [coder-small]\n", "    aliases: [coder-small]\n    fallbacks: [coder]\n"
+    )
+    assert errors_of(text) == [
+        "catalog.yaml:5: models.qwen.fallbacks[0]: fallbacks form a cycle: qwen → small → qwen"
+    ]
+
+
+def test_a_multi_node_profile_needs_an_engine_that_can_span_nodes() -> None:
+    text = BASE.replace(
+        "        gpus_per_node: 2\n",
+        "        gpus_per_node: 2\n        nodes: 2\n        tensor_parallel: 4\n",
+    ).replace("engine: vllm", "engine: llama.cpp")
+    assert errors_of(text) == [
+        "catalog.yaml:13: models.qwen.profiles[0].nodes: llama.cpp runs on one node; a 2-node"
+        " profile needs sglang or vllm"
+    ]
+
+
+def test_tensor_parallel_must_split_evenly_over_a_nodes_gpus() -> None:
+    text = BASE.replace(
+        "        gpus_per_node: 2\n",
+        "        gpus_per_node: 4\n        nodes: 3\n        tensor_parallel: 6\n"
+        "        pipeline_parallel: 2\n",
+    )
+    assert errors_of(text) == [
+        "catalog.yaml:14: models.qwen.profiles[0].tensor_parallel: tensor_parallel 6 does not"
+        " split evenly over 4 GPUs per node"
+    ]
+
+
+def test_every_problem_is_reported_not_just_the_first() -> None:
+    text = BASE.replace("engine: vllm", "engine: vlm").replace(
+        "fallbacks: [small]", "fallbacks: [x]"
+    )
+    assert len(errors_of(text)) == 1  # schema errors stop before cross-key checks
+    text = BASE.replace("fallbacks: [small]", "fallbacks: [x]").replace(
+        "aliases: [coder-small]", "aliases: [coder]"
+    )
+    assert len(errors_of(text)) == 2
+
+
+def test_invalid_yaml_names_the_line() -> None:
+    (error,) = errors_of("models:\n  a: [1,\n")
+    assert error.startswith("catalog.yaml:3: invalid YAML: ")
+    assert "node content" in error  # libyaml and pure-Python PyYAML word it differently
+
+
+def test_a_catalog_that_is_not_a_mapping_is_refused() -> None:
+    assert errors_of("- a\n- b\n") == [
+        "catalog.yaml:1: a catalog is a mapping with the key 'models'"
+    ]
+
+
+def test_an_empty_catalog_has_no_models() -> None:
+    assert load("").models == {}
