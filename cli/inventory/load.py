@@ -1,0 +1,787 @@
+"""Read an Ansible YAML inventory the way `ansible-inventory -i PATH --list` does.
+
+Two halves. The pure half (`parse_sources`, `resolve`, `inventory_from_texts`) takes texts
+already read and returns an `Inventory`; it never touches a file. The I/O half
+(`load_inventory`) finds and reads the files, as Ansible would, and hands them over.
+
+What is Ansible's, followed as written in ansible-core 2.19 with its default settings:
+
+- Sources: a file, or a directory whose entries (sorted, recursively) are each a source,
+  skipping hidden names, group_vars/, host_vars/, vars_plugins/ and the extensions Ansible
+  ignores by default (INVENTORY_IGNORE_EXTS). Only the YAML form is read (.yml, .yaml, .json
+  or no extension); anything else (INI, scripts, plugin configurations) is refused, where
+  Ansible would have tried another plugin.
+- Structure: top-level keys are groups; a group has `hosts`, `vars` and `children`; a child
+  group may sit under several parents; host keys may carry ranges (`hgx-[01:08]`,
+  `node-[a:c]`, `n[0:10:2]`) and a port (`host:2222`, which sets ansible_port).
+- Variables (hash_behaviour=replace: a later value replaces the whole key, dicts included),
+  lowest precedence first: `all`'s inventory vars; every other group's inventory vars, the
+  groups ordered by depth, then `ansible_group_priority`, then name; group_vars/all;
+  group_vars/GROUP in that same order; the host's inventory vars (in the order written,
+  across files in sorted order); host_vars/HOST. group_vars/ and host_vars/ sit next to the
+  inventory file, or inside the inventory directory. For a NAME the first of NAME (a file
+  or a directory of files, merged in sorted order), NAME.yml, NAME.yaml, NAME.json is used.
+- SSH settings: the last set of ansible_host/ansible_ssh_host, ansible_port/ansible_ssh_port,
+  ansible_user/ansible_ssh_user, ansible_private_key_file/ansible_ssh_private_key_file,
+  as Ansible's ssh connection plugin reads them.
+
+Where we are stricter than Ansible, which would only warn: an unknown key in a group (a
+misspelt `host:`), a group that is not a mapping, an empty host range. And values of our
+keys (labels, fabrics, cordoned, gpu_classes) and of the SSH settings are checked wherever
+they are written, even where a higher-precedence value hides them, so an error points at
+the line that has it. Values are not templated (ansible-inventory --list does not either):
+a Jinja expression in one of those keys is refused rather than used as a literal.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import string
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePath
+from typing import Any, get_args
+
+from pydantic import BaseModel, ValidationError
+
+from cli.errors import InputError, InputProblem, KeyPath, near_miss
+from cli.inventory.schema import (
+    DEFAULT_SSH_PORT,
+    OUR_KEYS,
+    Host,
+    HostVars,
+    Inventory,
+    validate_host_vars,
+    yaml_kind,
+)
+from cli.yamlsource import YamlDocument, parse_yaml
+
+YAML_EXTENSIONS = (".yml", ".yaml", ".json")
+IGNORED_NAMES = frozenset({"group_vars", "host_vars", "vars_plugins"})
+# ansible-core's REJECT_EXTS + ['.orig', '.cfg', '.retry'] (INVENTORY_IGNORE_EXTS default)
+_REJECT_EXTS = (".pyc", ".pyo", ".swp", ".bak", "~", ".rpm", ".md", ".txt", ".rst")
+IGNORED_SUFFIXES = (*_REJECT_EXTS, ".orig", ".cfg", ".retry")
+GROUP_SECTIONS = ("hosts", "vars", "children")
+PRIORITY_KEY = "ansible_group_priority"
+
+# Our SSH settings and the variables Ansible's ssh connection plugin reads them from;
+# when several are set, the last one listed wins (ansible's _loop_entries).
+ADDRESS_KEYS = ("ansible_host", "ansible_ssh_host")
+PORT_KEYS = ("ansible_port", "ansible_ssh_port")
+USER_KEYS = ("ansible_user", "ansible_ssh_user")
+KEY_FILE_KEYS = ("ansible_private_key_file", "ansible_ssh_private_key_file")
+CONNECTION_KEYS = ADDRESS_KEYS + PORT_KEYS + USER_KEYS + KEY_FILE_KEYS
+EXPOSED_KEYS = OUR_KEYS + CONNECTION_KEYS
+
+_INI_HINT = (
+    "ctl reads inventories in Ansible's YAML form only"
+    " (convert one with: ansible-inventory -i FILE --list -y)"
+)
+
+
+@dataclass(frozen=True)
+class SourceText:
+    """One file's text, and the name errors call it by."""
+
+    file: str
+    text: str
+
+
+@dataclass(frozen=True)
+class _Var:
+    """One variable as written: its value, and where."""
+
+    value: Any
+    doc: YamlDocument
+    path: KeyPath
+
+    @property
+    def origin(self) -> tuple[str, int | None]:
+        return (self.doc.file, self.doc.line_of(self.path))
+
+
+@dataclass
+class _Group:
+    name: str
+    vars: dict[str, _Var] = field(default_factory=dict)
+    priority: int = 1
+    children: list[str] = field(default_factory=list)
+    parents: list[str] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Host:
+    name: str
+    vars: dict[str, _Var] = field(default_factory=dict)
+    groups: list[str] = field(default_factory=list)  # the groups that list it
+
+
+@dataclass
+class InventoryTree:
+    """The inventory files parsed: groups, hosts and their inventory-file variables."""
+
+    groups: dict[str, _Group] = field(default_factory=dict)
+    hosts: dict[str, _Host] = field(default_factory=dict)
+
+    @property
+    def group_names(self) -> tuple[str, ...]:
+        return tuple(self.groups)
+
+    @property
+    def host_names(self) -> tuple[str, ...]:
+        return tuple(self.hosts)
+
+
+# --- the pure half ------------------------------------------------------------------------
+
+
+def inventory_from_texts(
+    source: str,
+    files: Sequence[SourceText],
+    group_vars: Mapping[str, Sequence[SourceText]] | None = None,
+    host_vars: Mapping[str, Sequence[SourceText]] | None = None,
+) -> Inventory:
+    """Inventory files, and the group_vars/host_vars files found for each name → Inventory."""
+    return resolve(parse_sources(files), source, group_vars or {}, host_vars or {})
+
+
+def parse_sources(files: Sequence[SourceText]) -> InventoryTree:
+    """Inventory files, in Ansible's order → groups and hosts; raises InputError."""
+    builder = _Builder()
+    for source in files:
+        builder.read(source)
+    builder.reconcile()
+    if builder.problems:
+        raise InputError(builder.problems)
+    return builder.tree
+
+
+def resolve(
+    tree: InventoryTree,
+    source: str,
+    group_vars: Mapping[str, Sequence[SourceText]],
+    host_vars: Mapping[str, Sequence[SourceText]],
+) -> Inventory:
+    """Merge every host's variables by Ansible's precedence and check ours; raises InputError.
+
+    `group_vars` and `host_vars` map a group or host name to its files, in merge order.
+    """
+    problems: list[InputProblem] = []
+    group_files = {
+        name: _read_vars_files(group_vars.get(name, ()), problems) for name in tree.groups
+    }
+    host_files = {name: _read_vars_files(host_vars.get(name, ()), problems) for name in tree.hosts}
+
+    checked: set[tuple[str, KeyPath]] = set()
+    layers: list[Mapping[str, _Var]] = [group.vars for group in tree.groups.values()]
+    layers += [host.vars for host in tree.hosts.values()]
+    layers += list(group_files.values()) + list(host_files.values())
+    for layer in layers:
+        for key, var in layer.items():
+            if key in EXPOSED_KEYS and (var.doc.file, var.path) not in checked:
+                checked.add((var.doc.file, var.path))
+                problems.extend(_check(key, var))
+    if problems:
+        raise InputError(problems)
+
+    depths = _depths(tree)
+    ancestors = {name: _ancestors(tree, name) for name in tree.groups}
+    hosts: list[Host] = []
+    members: dict[str, list[str]] = {name: [] for name in tree.groups}
+    for host in tree.hosts.values():
+        names = _host_groups(host, ancestors)
+        for name in names:
+            members[name].append(host.name)
+        ordered = sorted(
+            (name for name in names if name != "all"),
+            key=lambda name: (depths[name], tree.groups[name].priority, name),
+        )
+        merged: dict[str, _Var] = {}
+        merged |= tree.groups["all"].vars
+        for name in ordered:
+            merged |= tree.groups[name].vars
+        merged |= group_files["all"]
+        for name in ordered:
+            merged |= group_files[name]
+        merged |= host.vars
+        merged |= host_files[host.name]
+        hosts.append(_host(host.name, ("all", *ordered), merged))
+
+    groups = {group: tuple(names) for group, names in members.items()}
+    return Inventory(source=source, hosts=tuple(hosts), groups=groups)
+
+
+def _host(name: str, groups: tuple[str, ...], merged: Mapping[str, _Var]) -> Host:
+    def last(keys: Iterable[str]) -> _Var | None:
+        found = None
+        for key in keys:
+            var = merged.get(key)
+            if var is not None and var.value is not None:
+                found = var
+        return found
+
+    address, port, user, key_file = (
+        last(ADDRESS_KEYS),
+        last(PORT_KEYS),
+        last(USER_KEYS),
+        last(KEY_FILE_KEYS),
+    )
+    return Host(
+        name=name,
+        groups=groups,
+        address=str(address.value) if address else name,
+        port=int(port.value) if port else DEFAULT_SSH_PORT,
+        user=str(user.value) if user else None,
+        private_key_file=str(key_file.value) if key_file else None,
+        vars=validate_host_vars({key: var.value for key, var in merged.items()}),
+        origins={key: merged[key].origin for key in EXPOSED_KEYS if key in merged},
+    )
+
+
+def _read_vars_files(files: Sequence[SourceText], problems: list[InputProblem]) -> dict[str, _Var]:
+    """group_vars or host_vars files for one name, merged in order (later replaces earlier)."""
+    merged: dict[str, _Var] = {}
+    for source in files:
+        doc = _parse(source, problems)
+        if doc is None or doc.data is None:
+            continue
+        if not isinstance(doc.data, dict):
+            problems.append(
+                doc.problem((), f"a variables file must be a mapping, not {yaml_kind(doc.data)}")
+            )
+            continue
+        for key, value in doc.data.items():
+            if not isinstance(key, str):
+                problems.append(doc.problem((str(key),), "a variable name must be text"))
+                continue
+            merged[key] = _Var(value, doc, (key,))
+    return merged
+
+
+def _parse(source: SourceText, problems: list[InputProblem]) -> YamlDocument | None:
+    try:
+        return parse_yaml(source.text, source.file)
+    except InputError as error:
+        if source.file.endswith(".json"):
+            try:
+                return YamlDocument(source.file, json.loads(source.text), {})
+            except ValueError:
+                pass
+        problems.extend(error.problems)
+        return None
+
+
+def _check(key: str, var: _Var) -> list[InputProblem]:
+    """Problems with one value of one of the variables we read, where it is written."""
+    template = _template_in(var.value)
+    if template is not None:
+        return [
+            var.doc.problem(
+                var.path + template,
+                "ctl does not render Jinja templates: write the value itself",
+            )
+        ]
+    if key in PORT_KEYS:
+        value = var.value
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+            if value is None or 1 <= value <= 65535:
+                return []
+            return [var.doc.problem(var.path, f"port {value} is not between 1 and 65535")]
+        return [var.doc.problem(var.path, f"must be a port number, not {yaml_kind(var.value)}")]
+    if key in CONNECTION_KEYS:
+        if var.value is None or (isinstance(var.value, str) and var.value.strip()):
+            return []
+        if isinstance(var.value, str):
+            return [var.doc.problem(var.path, "must not be empty")]
+        return [var.doc.problem(var.path, f"must be text, not {yaml_kind(var.value)}")]
+    try:
+        HostVars.model_validate({key: var.value})
+    except ValidationError as error:
+        return _pydantic_problems(var.doc, var.path[:-1], error, HostVars)
+    return []
+
+
+def _template_in(value: Any, at: KeyPath = ()) -> KeyPath | None:
+    """Where in `value` a Jinja expression is written, if anywhere."""
+    if isinstance(value, str):
+        return at if "{{" in value or "{%" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _template_in(item, (*at, str(key)))
+            if found is not None:
+                return found
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _template_in(item, (*at, index))
+            if found is not None:
+                return found
+    return None
+
+
+def _pydantic_problems(
+    doc: YamlDocument, base: KeyPath, error: ValidationError, model: type[BaseModel]
+) -> list[InputProblem]:
+    errors = []
+    for item in error.errors():
+        ctx = item.get("ctx") or {}
+        loc = tuple(_loc_part(part) for part in item["loc"] if part != "[key]")
+        errors.append((item, loc + tuple(ctx.get("at", ()))))
+    locs = [loc for _, loc in errors]
+    hints: dict[KeyPath, list[str]] = {}
+    problems: list[InputProblem] = []
+    for item, loc in errors:
+        if item["type"] == "extra_forbidden":
+            hint = near_miss(str(loc[-1]), _fields_at(model, loc[:-1]))
+            hints.setdefault(loc[:-1], []).append(hint)
+            line = doc.line_of(base + loc)
+            message = f"unknown key '{loc[-1]}'{hint}"
+            problems.append(InputProblem(doc.file, line, base + loc[:-1], message))
+    for item, loc in errors:
+        kind = item["type"]
+        if kind == "extra_forbidden":
+            continue
+        if any(len(other) > len(loc) and other[: len(loc)] == loc for other in locs):
+            continue  # an error inside this value says more
+        if kind == "missing":
+            # a misspelt key is reported once, as unknown with its near miss
+            if not any(f"'{loc[-1]}'" in hint for hint in hints.get(loc[:-1], ())):
+                problems.append(doc.problem(base + loc[:-1], f"missing key '{loc[-1]}'"))
+            continue
+        problems.append(doc.problem(base + loc, _message(item)))
+    return problems
+
+
+def _loc_part(part: Any) -> str | int:
+    if isinstance(part, str) or (isinstance(part, int) and not isinstance(part, bool)):
+        return part
+    return str(part)
+
+
+def _message(item: Any) -> str:
+    kind = item["type"]
+    value = item.get("input")
+    ctx = item.get("ctx") or {}
+    if kind in ("string_type",):
+        return f"must be text, not {yaml_kind(value)}"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return f"must be a mapping, not {yaml_kind(value)}"
+    if kind in ("tuple_type", "list_type"):
+        return f"must be a list, not {yaml_kind(value)}"
+    if kind in ("float_type", "float_parsing", "int_type", "int_parsing"):
+        return f"must be a number, not {yaml_kind(value)}"
+    if kind in ("too_short", "string_too_short"):
+        return "must not be empty"
+    if kind == "greater_than":
+        return f"must be more than {ctx.get('gt')}"
+    if kind == "value_error" and "error" in ctx:
+        return str(ctx["error"])
+    return str(item["msg"])
+
+
+def _fields_at(model: type[BaseModel], loc: KeyPath) -> list[str]:
+    """The keys allowed at `loc` inside `model` (for near-miss suggestions)."""
+    current: Any = model
+    for part in loc:
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            info = current.model_fields.get(str(part))
+            current = info.annotation if info is not None else None
+        else:
+            args = [arg for arg in get_args(current) if arg is not Ellipsis]
+            current = args[-1] if args else None
+    candidates = [current, *get_args(current)]
+    for candidate in candidates:
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return list(candidate.model_fields)
+    return []
+
+
+def _depths(tree: InventoryTree) -> dict[str, int]:
+    """A group's depth: its longest path from `all` (Ansible's Group.depth)."""
+    depths: dict[str, int] = {}
+
+    def depth(name: str) -> int:
+        if name not in depths:
+            depths[name] = 0  # guards against loops, which parse_sources refuses anyway
+            parents = tree.groups[name].parents
+            depths[name] = max((depth(parent) + 1 for parent in parents), default=0)
+        return depths[name]
+
+    for name in tree.groups:
+        depth(name)
+    return depths
+
+
+def _ancestors(tree: InventoryTree, name: str) -> list[str]:
+    seen: list[str] = []
+    pending = list(tree.groups[name].parents)
+    while pending:
+        parent = pending.pop(0)
+        if parent not in seen:
+            seen.append(parent)
+            pending.extend(tree.groups[parent].parents)
+    return seen
+
+
+def _host_groups(host: _Host, ancestors: Mapping[str, Sequence[str]]) -> set[str]:
+    """Every group the host is in: those that list it, and their ancestors."""
+    groups: set[str] = set()
+    for group in host.groups:
+        groups.add(group)
+        groups.update(ancestors[group])
+    return groups
+
+
+class _Builder:
+    """Ansible's InventoryData and YAML inventory plugin, for the parts we read."""
+
+    def __init__(self) -> None:
+        self.tree = InventoryTree()
+        self.problems: list[InputProblem] = []
+        self.tree.groups["all"] = _Group("all")
+        self.tree.groups["ungrouped"] = _Group("ungrouped")
+        self.tree.groups["all"].children.append("ungrouped")
+        self.tree.groups["ungrouped"].parents.append("all")
+
+    def read(self, source: SourceText) -> None:
+        suffix = PurePath(source.file).suffix
+        if suffix and suffix not in YAML_EXTENSIONS:
+            self.problems.append(
+                InputProblem(source.file, None, (), f"not a YAML inventory: {_INI_HINT}")
+            )
+            return
+        if source.text.startswith("#!"):
+            self.problems.append(
+                InputProblem(source.file, 1, (), f"an inventory script is not read: {_INI_HINT}")
+            )
+            return
+        problems: list[InputProblem] = []
+        doc = _parse(source, problems)
+        if doc is None:
+            if not suffix:
+                problems = [
+                    InputProblem(p.file, p.line, p.path, f"{p.message}; {_INI_HINT}")
+                    for p in problems
+                ]
+            self.problems.extend(problems)
+            return
+        data = doc.data
+        if data is None:
+            return  # an empty file holds no hosts (Ansible skips it too)
+        if not isinstance(data, dict):
+            self.problems.append(
+                doc.problem(
+                    (),
+                    f"an inventory is a mapping of groups (all: ...), not {yaml_kind(data)}"
+                    + ("" if suffix else f"; {_INI_HINT}"),
+                )
+            )
+            return
+        if data.get("plugin"):
+            self.problems.append(
+                doc.problem(
+                    ("plugin",),
+                    "an inventory plugin configuration is not read:"
+                    " ctl reads static YAML inventories only",
+                )
+            )
+            return
+        for name, group_data in data.items():
+            self.group(doc, (_key(name),), name, group_data)
+
+    def group(self, doc: YamlDocument, path: KeyPath, name: Any, data: Any) -> str | None:
+        if not isinstance(name, str) or not name:
+            self.problems.append(doc.problem(path, "a group name must be text"))
+            return None
+        if data is not None and not isinstance(data, dict):
+            self.problems.append(
+                doc.problem(
+                    path,
+                    f"a group must be a mapping of hosts, vars and children, not {yaml_kind(data)}",
+                )
+            )
+            return None
+        self.tree.groups.setdefault(name, _Group(name))
+        if data is None:
+            return name
+        sections: dict[str, Any] = {}
+        for key, written in data.items():
+            if key not in GROUP_SECTIONS:
+                self.problems.append(
+                    doc.problem(
+                        (*path, _key(key)),
+                        f"unknown key '{key}'{near_miss(str(key), GROUP_SECTIONS)};"
+                        " a group has hosts, vars and children",
+                    )
+                )
+                continue
+            value = {written: None} if isinstance(written, str) else written
+            if value is not None and not isinstance(value, dict):
+                self.problems.append(
+                    doc.problem((*path, key), f"must be a mapping, not {yaml_kind(value)}")
+                )
+                continue
+            sections[key] = value
+        for key, value in sections.items():  # in the order written, as Ansible walks them
+            if value is None:
+                continue
+            if key == "vars":
+                for var, var_value in value.items():
+                    self.group_var(name, _Var(var_value, doc, (*path, "vars", _key(var))))
+            elif key == "children":
+                for child, child_data in value.items():
+                    child_path = (*path, "children", _key(child))
+                    added = self.group(doc, child_path, child, child_data)
+                    if added is not None:
+                        self.add_child(name, added, doc, child_path)
+            else:
+                for pattern, host_data in value.items():
+                    self.hosts(doc, (*path, "hosts", _key(pattern)), pattern, host_data, name)
+        return name
+
+    def group_var(self, group: str, var: _Var) -> None:
+        name = var.path[-1]
+        if not isinstance(name, str):
+            self.problems.append(var.doc.problem(var.path, "a variable name must be text"))
+            return
+        if name != PRIORITY_KEY:
+            self.tree.groups[group].vars[name] = var
+            return
+        value = var.value
+        if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            self.tree.groups[group].priority = value
+        else:
+            self.problems.append(
+                var.doc.problem(var.path, f"must be a whole number, not {yaml_kind(value)}")
+            )
+
+    def hosts(self, doc: YamlDocument, path: KeyPath, pattern: Any, data: Any, group: str) -> None:
+        if not isinstance(pattern, str):
+            self.problems.append(doc.problem(path, "a host name must be text: write it in quotes"))
+            return
+        try:
+            names, port = expand_host_pattern(pattern)
+        except ValueError as error:
+            self.problems.append(doc.problem(path, str(error)))
+            return
+        data = data or {}
+        if not isinstance(data, dict):
+            self.problems.append(
+                doc.problem(path, f"host variables must be a mapping, not {yaml_kind(data)}")
+            )
+            return
+        for name in names:
+            host = self.tree.hosts.get(name)
+            if host is None:
+                host = self.tree.hosts[name] = _Host(name)
+                if port is not None:  # only where the host is first named, as in Ansible
+                    host.vars["ansible_port"] = _Var(port, doc, path)
+            if group not in host.groups:
+                host.groups.append(group)
+                self.tree.groups[group].hosts.append(name)
+            for var, value in data.items():
+                if not isinstance(var, str):
+                    self.problems.append(
+                        doc.problem((*path, _key(var)), "a variable name must be text")
+                    )
+                    continue
+                host.vars[var] = _Var(value, doc, (*path, var))
+
+    def add_child(self, parent: str, child: str, doc: YamlDocument, path: KeyPath) -> None:
+        groups = self.tree.groups
+        if child == parent or child in _ancestors(self.tree, parent):
+            self.problems.append(
+                doc.problem(path, f"group '{child}' under '{parent}' makes a loop")
+            )
+            return
+        if child not in groups[parent].children:
+            groups[parent].children.append(child)
+        if parent not in groups[child].parents:
+            groups[child].parents.append(parent)
+
+    def reconcile(self) -> None:
+        """Ansible's reconcile_inventory: orphan groups under `all`, lone hosts in `ungrouped`."""
+        groups = self.tree.groups
+        for name, group in list(groups.items()):
+            if name != "all" and not group.parents:
+                group.parents.append("all")
+                groups["all"].children.append(name)
+        ancestors = {name: _ancestors(self.tree, name) for name in groups}
+        for host in self.tree.hosts.values():
+            mine = _host_groups(host, ancestors)
+            if "ungrouped" in mine:
+                if mine - {"all", "ungrouped"} and "ungrouped" in host.groups:
+                    host.groups.remove("ungrouped")
+                    groups["ungrouped"].hosts.remove(host.name)
+            elif mine <= {"all"}:
+                host.groups.append("ungrouped")
+                groups["ungrouped"].hosts.append(host.name)
+
+
+def _key(key: Any) -> str | int:
+    """A mapping key as a KeyPath part: the text yamlsource records its line under."""
+    return key if isinstance(key, str) else str(key)
+
+
+# --- host patterns (ansible.parsing.utils.addresses and expand_hostname_range) ------------
+
+_ALNUM_RANGE = r"\[(?:[a-z]:[a-z]|[0-9]+:[0-9]+)(?::[0-9]+)?\]"
+_NUM_RANGE = r"\[[0-9]+:[0-9]+(?::[0-9]+)?\]"
+_HEX_RANGE = re.compile(r"\[[0-9a-f]+:[0-9a-f]+(?::[0-9]+)?\]", re.I)
+_LABEL = rf"(?:\w|{_ALNUM_RANGE})(?:[\w-]|{_ALNUM_RANGE})*(?<![_-])"
+_HOSTNAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*", re.I)
+_IPV4_PART = rf"(?:[01]?[0-9]{{1,2}}|2[0-4][0-9]|25[0-5]|{_NUM_RANGE})"
+_IPV4 = re.compile(rf"(?:{_IPV4_PART}\.){{3}}{_IPV4_PART}")
+_BRACKETED_PORT = re.compile(r"\[(.+)\]:([0-9]+)")
+_HOST_PORT = re.compile(r"((?:[^:\[\]]|\[[^\]]*\])*):([0-9]+)")
+
+
+def expand_host_pattern(pattern: str) -> tuple[list[str], int | None]:
+    """`hgx-[01:03]:2222` → (['hgx-01', 'hgx-02', 'hgx-03'], 2222); ValueError if malformed.
+
+    As Ansible does: a pattern that is not a host name, IPv4 or IPv6 address (ranges
+    allowed) with an optional port is taken whole as the name, and its ranges expanded.
+    """
+    address, port = pattern, None
+    for form in (_BRACKETED_PORT, _HOST_PORT):
+        match = form.fullmatch(address)
+        if match:
+            address, port = match.group(1), int(match.group(2))
+    if not (_IPV4.fullmatch(address) or _is_ipv6(address) or _HOSTNAME.fullmatch(address)):
+        address, port = pattern, None
+    return _expand_ranges(address), port
+
+
+def _is_ipv6(address: str) -> bool:
+    try:
+        ipaddress.IPv6Address(_HEX_RANGE.sub("0", address))
+    except ValueError:
+        return False
+    return True
+
+
+def _expand_ranges(name: str) -> list[str]:
+    if "[" not in name:
+        return [name]
+    head, _, rest = name.partition("[")
+    inner, closed, tail = rest.partition("]")
+    if not closed:
+        raise ValueError(f"host range in '{name}' has no closing ']'")
+    bounds = inner.split(":")
+    if len(bounds) not in (2, 3):
+        raise ValueError(f"host range [{inner}] must be [begin:end] or [begin:end:step]")
+    begin, end = bounds[0] or "0", bounds[1]
+    if not end:
+        raise ValueError(f"host range [{inner}] has no end")
+    try:
+        step = int(bounds[2]) if len(bounds) == 3 else 1
+    except ValueError:
+        raise ValueError(f"host range [{inner}] has a step that is not a number") from None
+    if step < 1:
+        raise ValueError(f"host range [{inner}] needs a step of at least 1")
+    width = len(begin) if begin[0] == "0" and len(begin) > 1 else 0
+    if width and len(end) != width:
+        raise ValueError(f"host range [{inner}]: begin and end must have the same width")
+    letters = string.ascii_letters
+    if len(begin) == 1 and len(end) == 1 and begin in letters and end in letters:
+        first, last = letters.index(begin), letters.index(end)
+        if first > last:
+            raise ValueError(f"host range [{inner}] begins after it ends")
+        items = list(letters[first : last + 1 : step])
+    else:
+        try:
+            numbers = range(int(begin), int(end) + 1, step)
+        except ValueError:
+            raise ValueError(
+                f"host range [{inner}] must run between two numbers or two letters"
+            ) from None
+        if not numbers:
+            raise ValueError(f"host range [{inner}] begins after it ends")
+        items = [str(number).zfill(width) for number in numbers]
+    names: list[str] = []
+    for item in items:
+        names.extend(_expand_ranges(f"{head}{item}{tail}"))
+    return names
+
+
+# --- the I/O half -------------------------------------------------------------------------
+
+
+def load_inventory(path: Path) -> Inventory:
+    """Read the inventory at `path` (a file or a directory, as `ansible-inventory -i` takes).
+
+    Raises InputError naming the file, line and key of every problem found.
+    """
+    if not path.exists():
+        raise InputError.single(str(path), None, (), "no such inventory file or directory")
+    problems: list[InputProblem] = []
+    files = [
+        _read(file, problems)
+        if file.suffix in YAML_EXTENSIONS or not file.suffix
+        else SourceText(str(file), "")  # refused by name in parse_sources, so not read
+        for file in _source_files(path)
+    ]
+    if problems:
+        raise InputError(problems)
+    tree = parse_sources(files)
+    base = path if path.is_dir() else path.parent
+    group_vars = {name: _vars_texts(base / "group_vars", name, problems) for name in tree.groups}
+    host_vars = {name: _vars_texts(base / "host_vars", name, problems) for name in tree.hosts}
+    if problems:
+        raise InputError(problems)
+    return resolve(tree, str(path), group_vars, host_vars)
+
+
+def _source_files(path: Path) -> list[Path]:
+    if not path.is_dir():
+        return [path]
+    found: list[Path] = []
+    for name in sorted(entry.name for entry in path.iterdir()):
+        if name.startswith(".") or name in IGNORED_NAMES or name.endswith(IGNORED_SUFFIXES):
+            continue
+        found.extend(_source_files(path / name))
+    return found
+
+
+def _vars_texts(base: Path, name: str, problems: list[InputProblem]) -> list[SourceText]:
+    """Ansible's find_vars_files: NAME (a file or a directory), else NAME.yml/.yaml/.json."""
+    if not base.is_dir() or name.startswith(os.sep):
+        return []
+    for candidate in (name, *(name + ext for ext in YAML_EXTENSIONS)):
+        path = base / candidate
+        if path.is_dir():
+            return [_read(file, problems) for file in _vars_dir_files(path)]
+        if path.exists():
+            return [_read(path, problems)]
+    return []
+
+
+def _vars_dir_files(directory: Path) -> list[Path]:
+    found: list[Path] = []
+    for name in sorted(entry.name for entry in directory.iterdir()):
+        if name.startswith(".") or name.endswith("~"):
+            continue
+        path = directory / name
+        suffix = PurePath(name).suffix
+        if path.is_dir() and not suffix:
+            found.extend(_vars_dir_files(path))
+        elif path.is_file() and (not suffix or suffix in YAML_EXTENSIONS):
+            found.append(path)
+    return found
+
+
+def _read(path: Path, problems: list[InputProblem]) -> SourceText:
+    try:
+        return SourceText(str(path), path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        problems.append(InputProblem(str(path), None, (), "not UTF-8 text"))
+    except OSError as error:
+        problems.append(InputProblem(str(path), None, (), f"cannot read: {error.strerror}"))
+    return SourceText(str(path), "")

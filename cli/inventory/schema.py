@@ -1,0 +1,197 @@
+"""Our host variables, and the inventory as `ctl` sees it once Ansible's rules have merged them.
+
+Pure: models and the few rules that turn what an operator wrote into comparable values.
+
+Label keys and values are compared as text, the way a node selector compares them. YAML
+reads some unquoted words as other types, so whole numbers and booleans are turned back
+into text: `gpus: 8` is the label `"8"`, `gpu: true` (or `yes`, `on`) is `"true"`. The
+catalog's selectors should use `label_text` too, so both sides agree whatever the quoting.
+A number with a decimal point is refused: YAML has already read `1.10` as `1.1`, and the
+label the operator meant is lost. Null is refused: a label without a value is a mistake;
+write `''` for an empty value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from cli.yamlsource import VaultedValue
+
+NO_CORDON_REASON = "cordoned (no reason given)"
+DEFAULT_SSH_PORT = 22
+
+
+def yaml_kind(value: object) -> str:
+    """How an operator would name the YAML type of `value`, for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, VaultedValue):
+        return "an Ansible Vault secret (ctl does not decrypt)"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return type(value).__name__
+
+
+def label_text(value: object) -> str:
+    """A label key or value as the text a selector compares (see the module docstring)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        raise ValueError(
+            f"{value!r} is a number with a decimal point, which YAML may already have changed"
+            " (1.10 reads as 1.1): write it in quotes"
+        )
+    if value is None:
+        raise ValueError("a label needs a value: write '' for an empty one")
+    raise ValueError(f"must be text, not {yaml_kind(value)}")
+
+
+def cordon_reason(value: object) -> str | None:
+    """`cordoned:` as written → the reason, or None when the node is schedulable."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return NO_CORDON_REASON
+    if isinstance(value, str):
+        reason = value.strip()
+        if not reason:
+            raise ValueError(
+                'empty cordon reason: say why (cordoned: "PSU fan failing"),'
+                " write true, or remove the key"
+            )
+        return reason
+    raise ValueError(f"must be a reason (text) or true/false, not {yaml_kind(value)}")
+
+
+Label = Annotated[str, BeforeValidator(label_text)]
+Name = Annotated[str, StringConstraints(min_length=1)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Fabric(Strict):
+    """One RDMA fabric a host is cabled to, and the HCAs that reach it."""
+
+    name: Name
+    hcas: tuple[Name, ...] = Field(min_length=1)
+    rate_gbps: float | None = Field(default=None, gt=0, strict=True)
+
+    @field_validator("hcas")
+    @classmethod
+    def _hcas_once(cls, hcas: tuple[str, ...]) -> tuple[str, ...]:
+        seen: set[str] = set()
+        for index, hca in enumerate(hcas):
+            if hca in seen:
+                raise PydanticCustomError(
+                    "duplicate_hca", "HCA '{hca}' is listed twice", {"hca": hca, "at": (index,)}
+                )
+            seen.add(hca)
+        return hcas
+
+
+class HostVars(Strict):
+    """The host variables `ctl` reads; an inventory's other variables are not ours to judge."""
+
+    labels: dict[Label, Label] = Field(default_factory=dict)
+    fabrics: tuple[Fabric, ...] = ()
+    cordoned: Annotated[str | None, BeforeValidator(cordon_reason)] = None
+    gpu_classes: dict[Name, Name] = Field(default_factory=dict)  # GPU name or glob → class
+
+    @field_validator("fabrics")
+    @classmethod
+    def _fabrics_distinct(cls, fabrics: tuple[Fabric, ...]) -> tuple[Fabric, ...]:
+        names: dict[str, int] = {}
+        hcas: dict[str, str] = {}
+        for index, fabric in enumerate(fabrics):
+            if fabric.name in names:
+                raise PydanticCustomError(
+                    "duplicate_fabric",
+                    "fabric '{name}' is listed twice (first as fabrics[{first}])",
+                    {"name": fabric.name, "first": names[fabric.name], "at": (index, "name")},
+                )
+            names[fabric.name] = index
+            for hca_index, hca in enumerate(fabric.hcas):
+                if hca in hcas:
+                    raise PydanticCustomError(
+                        "duplicate_hca",
+                        "HCA '{hca}' is already on fabric '{other}': an HCA reaches one fabric",
+                        {"hca": hca, "other": hcas[hca], "at": (index, "hcas", hca_index)},
+                    )
+                hcas[hca] = fabric.name
+        return fabrics
+
+
+OUR_KEYS: tuple[str, ...] = tuple(HostVars.model_fields)
+
+
+class Host(Strict):
+    """One inventory host, with the SSH settings Ansible would use and our variables."""
+
+    name: Name
+    groups: tuple[str, ...]  # every group it is in, "all" first, then in variable precedence order
+    address: Name  # ansible_host, or the inventory name
+    port: int = Field(default=DEFAULT_SSH_PORT, ge=1, le=65535)
+    user: str | None = None
+    private_key_file: str | None = None
+    vars: HostVars = Field(default_factory=HostVars)
+    # Where each variable we read came from: our keys and the ansible_* ones we use.
+    origins: dict[str, tuple[str, int | None]] = Field(default_factory=dict)
+
+    def origin(self, key: str) -> tuple[str, int | None] | None:
+        return self.origins.get(key)
+
+
+class Inventory(Strict):
+    """Hosts in the order the inventory first names them (Ansible's own host table order)."""
+
+    source: str
+    hosts: tuple[Host, ...] = ()
+    # group → every host in it or in its child groups, in host order; empty groups included
+    groups: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _names_unique(self) -> Inventory:
+        names = [host.name for host in self.hosts]
+        if len(set(names)) != len(names):
+            raise ValueError("host names must be unique")
+        return self
+
+    def host(self, name: str) -> Host:
+        for host in self.hosts:
+            if host.name == name:
+                return host
+        raise KeyError(name)
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(host.name for host in self.hosts)
+
+
+def validate_host_vars(values: Mapping[str, Any]) -> HostVars:
+    """Our keys of a host's merged variables → HostVars (other keys are ignored)."""
+    return HostVars.model_validate({key: values[key] for key in OUR_KEYS if key in values})

@@ -1,0 +1,165 @@
+"""Our inventory loader reads every inventory the way `ansible-inventory --list` does.
+
+Runs on the inventories under tests/integration/inventories/, on every inventory published
+with the project (examples/*/inventory, examples/inventory, inventory/), so a new example is
+checked the day it is added, and on each inventory of the unit tests' precedence table, so
+every rule claimed there is Ansible's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cli.inventory.load import load_inventory
+from cli.inventory.schema import DEFAULT_SSH_PORT, Inventory, validate_host_vars
+from tests.unit.test_inventory import CASES as UNIT_CASES
+from tests.unit.test_inventory import write
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+OURS = [
+    HERE / "inventories" / "tricky",
+    HERE / "inventories" / "single-file" / "hosts.yml",
+]
+
+
+def published_inventories() -> list[Path]:
+    """Every inventory the project publishes, whenever it is added."""
+    found = sorted((ROOT / "examples").glob("*/inventory"))
+    found += [
+        path for path in (ROOT / "examples" / "inventory", ROOT / "inventory") if path.exists()
+    ]
+    return found
+
+
+INVENTORIES = OURS + published_inventories()
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("ansible-inventory") is None, reason="ansible-inventory is not installed"
+)
+
+
+def ansible_list(inventory: Path, tmp_path: Path) -> dict[str, Any]:
+    """`ansible-inventory -i INVENTORY --list`, with Ansible's defaults and nothing of ours."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")}
+    config = tmp_path / "ansible.cfg"
+    config.write_text("[defaults]\n")
+    env |= {
+        "ANSIBLE_CONFIG": str(config),
+        "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
+        "ANSIBLE_INVENTORY_ENABLED": "yaml",
+        "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "true",
+        "ANSIBLE_INVENTORY_UNPARSED_FAILED": "true",
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    done = subprocess.run(
+        ["ansible-inventory", "-i", str(inventory), "--list"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    listed: dict[str, Any] = json.loads(done.stdout)
+    return listed
+
+
+def members(listed: Mapping[str, Any]) -> dict[str, set[str]]:
+    """group → every host in it or in its descendants (the JSON lists direct hosts only)."""
+    groups = {name: entry for name, entry in listed.items() if name != "_meta"}
+
+    def hosts_of(name: str, seen: frozenset[str] = frozenset()) -> set[str]:
+        entry = groups.get(name, {})
+        found = set(entry.get("hosts", ()))
+        for child in entry.get("children", ()):
+            if child not in seen:
+                found |= hosts_of(child, seen | {name})
+        return found
+
+    return {name: hosts_of(name) for name in groups}
+
+
+def last_set(hostvars: Mapping[str, Any], *keys: str) -> Any:
+    """The last of `keys` with a value, as Ansible's connection plugins pick them."""
+    found = None
+    for key in keys:
+        if hostvars.get(key) is not None:
+            found = hostvars[key]
+    return found
+
+
+def compare(ours: Inventory, listed: Mapping[str, Any]) -> None:
+    hostvars: Mapping[str, Mapping[str, Any]] = listed["_meta"]["hostvars"]
+    theirs = members(listed)
+    assert set(ours.names()) == theirs["all"]
+    for group, names in ours.groups.items():
+        assert set(names) == theirs.get(group, set()), f"members of group {group}"
+    for group, found in theirs.items():
+        assert group in ours.groups or not found, f"group {group} is missing"
+
+    for host in ours.hosts:
+        seen = hostvars.get(host.name, {})
+        in_groups = {group for group, names in theirs.items() if host.name in names}
+        assert set(host.groups) == in_groups, f"groups of {host.name}"
+        assert host.vars == validate_host_vars(seen), f"variables of {host.name}"
+        address = last_set(seen, "ansible_host", "ansible_ssh_host") or host.name
+        port = last_set(seen, "ansible_port", "ansible_ssh_port") or DEFAULT_SSH_PORT
+        assert (host.address, host.port) == (address, int(port)), f"address of {host.name}"
+        assert host.user == last_set(seen, "ansible_user", "ansible_ssh_user")
+        assert host.private_key_file == last_set(
+            seen, "ansible_private_key_file", "ansible_ssh_private_key_file"
+        )
+
+
+@pytest.mark.parametrize(
+    "inventory", INVENTORIES, ids=[str(path.relative_to(ROOT)) for path in INVENTORIES]
+)
+def test_our_loader_reads_the_inventory_as_ansible_inventory_does(
+    inventory: Path, tmp_path: Path
+) -> None:
+    compare(load_inventory(inventory), ansible_list(inventory, tmp_path))
+
+
+def test_the_tricky_inventory_exercises_what_it_claims_to() -> None:
+    """Guard the fixture itself: if it stopped being tricky, the comparison above proves less."""
+    ours = load_inventory(OURS[0])
+    assert "sb-1" in ours.names() and "nas-b-2" in ours.names()
+    assert ours.host("hgx-01").groups == (
+        "all",
+        "dc1",
+        "special",
+        "gpu",
+        "rack-a",
+        "rack-a-top",
+    )
+    assert ours.host("hgx-03").user == "gpu-ops"  # group_vars/gpu/nested/30-deeper
+    assert ours.host("hgx-05").port == 2201  # the host key's :2201 beats dc1's ansible_port
+    assert ours.host("hgx-01").vars.labels == {"rack": "a"}  # group_vars/rack-a, not rack-a.yml
+    assert ours.host("hgx-03").user == "gpu-ops"  # group_vars/gpu/nested/30-deeper
+    # ansible_group_priority 20 puts alpha after override, although 'alpha' sorts first
+    assert ours.host("cpu10").user == "alpha-user"
+    assert ours.host("node-b").vars.labels == {"role": "second"}  # host_vars/node-b/, sorted
+    assert ours.host("sb-1").vars.labels == {"site": "base"}  # site-b/group_vars/ is not read
+    assert ours.host("cpu0").private_key_file == "/keys/cpu0-ssh"
+    assert ours.groups["ungrouped"] == ("bastion",)
+
+
+@pytest.mark.parametrize(
+    ("files", "claims"), [case[1:] for case in UNIT_CASES], ids=[case[0] for case in UNIT_CASES]
+)
+def test_each_rule_the_unit_tests_claim_is_ansibles_rule(
+    files: dict[str, str], claims: dict[str, Any], tmp_path: Path
+) -> None:
+    root = write(tmp_path / "inventory", files)
+    compare(load_inventory(root), ansible_list(root, tmp_path))
