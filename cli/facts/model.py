@@ -1,0 +1,109 @@
+"""The node facts model, which is also the JSON snapshot format (docs/facts.md).
+
+`None` always means "not reported" and is never read as zero or as false: a node whose
+probe could not read its memory is not a node without memory.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from cli.inventory.schema import HostVars
+
+FACTS_FORMAT: Final = "modelfleet.facts/v1"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Memory(Strict):
+    """From /proc/meminfo, and a cgroup limit when the node is a container (the smaller wins)."""
+
+    total_mib: int = Field(ge=0)
+    available_mib: int | None = Field(default=None, ge=0)
+
+
+class Gpu(Strict):
+    """One row of `nvidia-smi --query-gpu`."""
+
+    index: int = Field(ge=0)
+    uuid: str
+    name: str
+    pci_bus_id: str | None = None
+    memory_total_mib: int | None = None
+    memory_used_mib: int | None = None
+    # Uncorrected ECC errors since the driver loaded (volatile); None on GPUs without ECC.
+    ecc_uncorrected: int | None = None
+    # Retired pages or row-remapping failures would be here too; nvidia-smi reports them
+    # elsewhere and the probe does not read them yet.
+
+
+class GpuProcess(Strict):
+    """One row of `nvidia-smi --query-compute-apps`."""
+
+    gpu_uuid: str
+    pid: int
+    process_name: str
+    used_memory_mib: int | None = None
+
+
+class HcaPort(Strict):
+    """One port of an RDMA device, from /sys/class/infiniband/DEV/ports/N/."""
+
+    hca: str
+    port: int = Field(ge=1)
+    state: str  # ACTIVE, DOWN, INIT, ARMED, POLLING...
+    rate_gbps: float | None = None
+    link_layer: Literal["InfiniBand", "Ethernet"] | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.state == "ACTIVE"
+
+
+class ShardRecord(Strict):
+    """What a node says about one shard of ours running on it (written when the shard starts)."""
+
+    replica: str
+    model: str
+    profile: str
+    rank: int = Field(ge=0)
+    gpus: tuple[int, ...] = ()
+    port: int | None = None
+    engine: str
+    started: datetime | None = None
+    memory_gib: float | None = None  # the profile's min_memory_gb, reserved on the node
+    state: Literal["running", "starting", "failed", "stopped"] = "running"
+
+
+class NodeFacts(Strict):
+    """Everything the probe learned about one node at `gathered_at`.
+
+    `gpus`, `gpu_processes`, `nvlink_domains` and `hcas` are None when the probe could not
+    tell (no nvidia-smi, no sysfs tree readable), and empty when it could and found none.
+    """
+
+    format: Literal["modelfleet.facts/v1"] = FACTS_FORMAT
+    gathered_at: datetime
+    last_reached: datetime | None = None  # None: never reached
+    error: str | None = None  # why the last attempt failed; None when it succeeded
+    probe_version: str | None = None
+    memory: Memory | None = None
+    gpus: tuple[Gpu, ...] | None = None
+    gpu_processes: tuple[GpuProcess, ...] | None = None
+    # Connected components of NV# links in `nvidia-smi topo -m`; singletons when no NVLink.
+    nvlink_domains: tuple[tuple[int, ...], ...] | None = None
+    hcas: tuple[HcaPort, ...] | None = None
+    shards: tuple[ShardRecord, ...] = ()
+    notes: tuple[str, ...] = ()  # what the probe could not read, said plainly
+    # The node's inventory variables when the snapshot was saved. Read only for a node the
+    # inventory does not have, so a copied file brings its labels and fabrics along.
+    host_vars: HostVars | None = None
+
+    @property
+    def reached(self) -> bool:
+        return self.error is None and self.last_reached is not None

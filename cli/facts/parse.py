@@ -1,0 +1,588 @@
+"""Pure parsers from the raw text the probe collects on a node to the facts model.
+
+No I/O happens here: every function takes the text (or the files' contents) and returns
+model objects. A parser that meets something it does not understand raises
+`FactsParseError` naming the section and the line, rather than guessing.
+
+Conventions shared by all parsers:
+
+- Memory sizes are MiB, rounded down (a node never looks bigger than it is).
+- `None` means "not reported" (nvidia-smi printed `[N/A]`, the kernel has no such line),
+  never zero; an empty tuple means "looked, found none".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from pydantic import ValidationError
+
+from cli.facts.model import Gpu, GpuProcess, HcaPort, Memory, ShardRecord
+
+__all__ = [
+    "COMPUTE_APPS_FIELDS",
+    "GPU_QUERY_FIELDS",
+    "NOT_REPORTED",
+    "FactsParseError",
+    "apply_cgroup_limit",
+    "parse_compute_apps",
+    "parse_infiniband",
+    "parse_meminfo",
+    "parse_query_gpu",
+    "parse_shard_records",
+    "parse_topology",
+    "strip_ansi",
+]
+
+# The probe runs `nvidia-smi --query-gpu=<these, comma-joined> --format=csv,noheader,nounits`;
+# parse_query_gpu expects exactly these columns in exactly this order.
+GPU_QUERY_FIELDS: Final[tuple[str, ...]] = (
+    "index",
+    "uuid",
+    "name",
+    "pci.bus_id",
+    "memory.total",
+    "memory.used",
+    "ecc.errors.uncorrected.volatile.total",
+)
+
+# The probe runs `nvidia-smi --query-compute-apps=<these> --format=csv,noheader,nounits`.
+COMPUTE_APPS_FIELDS: Final[tuple[str, ...]] = ("gpu_uuid", "pid", "process_name", "used_memory")
+
+# What nvidia-smi prints in place of a value it cannot give. Each becomes None.
+NOT_REPORTED: Final[frozenset[str]] = frozenset(
+    {
+        "[N/A]",
+        "N/A",
+        "[Not Supported]",
+        "[Unknown Error]",
+        "[GPU requires reset]",
+        "[GPU is lost]",
+        "[Insufficient Permissions]",
+        "ERR!",
+    }
+)
+
+KIB_PER_MIB: Final = 1024
+BYTES_PER_MIB: Final = 1024 * 1024
+# cgroup v1 reports "no limit" as a huge number (PAGE_COUNTER_MAX pages, e.g.
+# 9223372036854771712 with 4 KiB pages). Anything at or above 1 EiB is read as "no limit".
+CGROUP_UNLIMITED_BYTES: Final = 1 << 60
+
+SECTION_MEMINFO: Final = "/proc/meminfo"
+SECTION_CGROUP: Final = "cgroup memory limit"
+SECTION_QUERY_GPU: Final = "nvidia-smi --query-gpu"
+SECTION_COMPUTE_APPS: Final = "nvidia-smi --query-compute-apps"
+SECTION_TOPOLOGY: Final = "nvidia-smi topo -m"
+SECTION_INFINIBAND: Final = "/sys/class/infiniband"
+SECTION_SHARDS: Final = "shard records"
+
+
+class FactsParseError(ValueError):
+    """Probe output that does not have the shape we know: where, and what is wrong.
+
+    `line` is 1-based; 0 means the problem is with the text as a whole (nothing to point at).
+    """
+
+    def __init__(self, section: str, line: int, message: str) -> None:
+        self.section = section
+        self.line = line
+        self.message = message
+        where = f"{section} line {line}" if line > 0 else section
+        super().__init__(f"{where}: {message}")
+
+    def __reduce__(self) -> tuple[type[FactsParseError], tuple[str, int, str]]:
+        return (type(self), (self.section, self.line, self.message))
+
+
+_DIGITS = re.compile(r"^[0-9]+$")  # str.isdigit() also accepts "²", which int() refuses
+
+
+def _is_whole_number(text: str) -> bool:
+    return _DIGITS.match(text) is not None
+
+
+@dataclass(frozen=True)
+class _Line:
+    number: int  # 1-based
+    text: str  # stripped
+
+
+def _lines(text: str) -> Iterable[_Line]:
+    """Non-blank lines, stripped, with their 1-based numbers in the original text."""
+    for number, raw in enumerate(text.splitlines(), start=1):
+        stripped = raw.strip()
+        if stripped:
+            yield _Line(number, stripped)
+
+
+def _quote(value: str, limit: int = 60) -> str:
+    shown = value if len(value) <= limit else value[: limit - 3] + "..."
+    return repr(shown)
+
+
+# --------------------------------------------------------------------------- /proc/meminfo
+
+_MEMINFO_LINE = re.compile(r"^(?P<key>[^:\s]+):\s*(?P<value>\d+)(?:\s+(?P<unit>\S+))?$")
+
+
+def _meminfo_kib(line: _Line, key: str) -> int:
+    match = _MEMINFO_LINE.match(line.text)
+    if match is None:
+        raise FactsParseError(
+            SECTION_MEMINFO, line.number, f"cannot read {key} from {_quote(line.text)}"
+        )
+    unit = match.group("unit")
+    if unit != "kB":
+        raise FactsParseError(
+            SECTION_MEMINFO,
+            line.number,
+            f"{key} is in {_quote(unit or 'no unit')}, expected kB",
+        )
+    return int(match.group("value"))
+
+
+def parse_meminfo(text: str) -> Memory | None:
+    """MemTotal and MemAvailable (kB) → Memory in MiB; None when there is no MemTotal.
+
+    Kernels before 3.14 have no MemAvailable line: `available_mib` is then None, not 0.
+    Other lines are only checked for the `Key: value [kB]` shape, so an error message in
+    place of the file is not taken for a file without MemTotal.
+    """
+    values: dict[str, int] = {}
+    for line in _lines(text):
+        key = line.text.partition(":")[0]
+        if key not in ("MemTotal", "MemAvailable"):
+            if _MEMINFO_LINE.match(line.text) is None:
+                raise FactsParseError(
+                    SECTION_MEMINFO,
+                    line.number,
+                    f"expected 'Key: value kB', got {_quote(line.text)}",
+                )
+            continue
+        if key in values:
+            raise FactsParseError(SECTION_MEMINFO, line.number, f"{key} appears twice")
+        values[key] = _meminfo_kib(line, key)
+    if "MemTotal" not in values:
+        return None
+    available = values.get("MemAvailable")
+    return Memory(
+        total_mib=values["MemTotal"] // KIB_PER_MIB,
+        available_mib=None if available is None else available // KIB_PER_MIB,
+    )
+
+
+# --------------------------------------------------------------------------- cgroup limit
+
+
+def apply_cgroup_limit(memory: Memory | None, limit_text: str) -> Memory | None:
+    """Cap `memory` by a container's memory limit; the smaller of the two wins.
+
+    `limit_text` is the content of cgroup v2 `memory.max` (`max` or a number of bytes) or of
+    cgroup v1 `memory.limit_in_bytes` (bytes; "no limit" is a huge number). With no limit the
+    memory is returned unchanged. When the host memory is unknown (None), a finite limit is
+    the best bound we have and becomes the total; available stays unknown.
+    """
+    lines = list(_lines(limit_text))
+    if len(lines) != 1:
+        problem = "is empty" if not lines else f"has {len(lines)} lines, expected 1"
+        raise FactsParseError(SECTION_CGROUP, 0, problem)
+    line = lines[0]
+    if line.text == "max":
+        return memory
+    if not _is_whole_number(line.text):
+        raise FactsParseError(
+            SECTION_CGROUP,
+            line.number,
+            f"expected 'max' or a number of bytes, got {_quote(line.text)}",
+        )
+    limit_bytes = int(line.text)
+    if limit_bytes >= CGROUP_UNLIMITED_BYTES:
+        return memory
+    limit_mib = limit_bytes // BYTES_PER_MIB
+    if memory is None:
+        return Memory(total_mib=limit_mib)
+    available = memory.available_mib
+    return Memory(
+        total_mib=min(memory.total_mib, limit_mib),
+        available_mib=None if available is None else min(available, limit_mib),
+    )
+
+
+# --------------------------------------------------------------------------- nvidia-smi CSV
+
+_PCI_BUS_ID = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
+_WITH_UNIT = re.compile(r"^\d+(?:\.\d+)? \S+$")
+_NO_DEVICES = "No devices were found"
+_NO_PROCESSES = "No running processes found"
+
+
+def _fields(line: _Line, section: str, expected: int) -> list[str]:
+    fields = [field.strip() for field in line.text.split(",")]
+    if len(fields) != expected:
+        raise FactsParseError(
+            section, line.number, f"expected {expected} fields, got {len(fields)}"
+        )
+    return fields
+
+
+def _required_int(value: str, section: str, line: int, what: str) -> int:
+    if not _is_whole_number(value):
+        raise FactsParseError(section, line, f"{what} {_quote(value)} is not a whole number")
+    return int(value)
+
+
+def _optional_int(value: str, section: str, line: int, what: str) -> int | None:
+    if value in NOT_REPORTED:
+        return None
+    if not _is_whole_number(value):
+        hint = (
+            " (the probe must use --format=csv,noheader,nounits)" if _WITH_UNIT.match(value) else ""
+        )
+        raise FactsParseError(section, line, f"{what} {_quote(value)} is not a whole number{hint}")
+    return int(value)
+
+
+def _required_text(value: str, section: str, line: int, what: str) -> str:
+    if not value or value in NOT_REPORTED:
+        raise FactsParseError(section, line, f"{what} is missing ({_quote(value)})")
+    return value
+
+
+def parse_query_gpu(text: str) -> tuple[Gpu, ...]:
+    """Rows of `nvidia-smi --query-gpu=GPU_QUERY_FIELDS --format=csv,noheader,nounits`.
+
+    Values nvidia-smi cannot give (`[N/A]`, `[Not Supported]`, `ERR!`...) become None for the
+    numeric fields and the bus id; index, uuid and name are required. GPU names contain
+    spaces but never commas. `No devices were found` means no GPUs: an empty tuple.
+    """
+    gpus: list[Gpu] = []
+    seen: dict[int, int] = {}
+    for line in _lines(text):
+        if line.text == _NO_DEVICES:
+            continue
+        fields = _fields(line, SECTION_QUERY_GPU, len(GPU_QUERY_FIELDS))
+        index_text, uuid, name, bus_id, total, used, ecc = fields
+        if index_text == "index":
+            raise FactsParseError(
+                SECTION_QUERY_GPU, line.number, "found a header line; the probe must use noheader"
+            )
+        index = _required_int(index_text, SECTION_QUERY_GPU, line.number, "index")
+        if index in seen:
+            raise FactsParseError(
+                SECTION_QUERY_GPU,
+                line.number,
+                f"GPU index {index} already given on line {seen[index]}",
+            )
+        seen[index] = line.number
+        pci_bus_id: str | None = None
+        if bus_id not in NOT_REPORTED:
+            if not _PCI_BUS_ID.match(bus_id):
+                raise FactsParseError(
+                    SECTION_QUERY_GPU,
+                    line.number,
+                    f"pci.bus_id {_quote(bus_id)} is not a PCI address "
+                    "(are the fields in GPU_QUERY_FIELDS order?)",
+                )
+            pci_bus_id = bus_id
+        gpus.append(
+            Gpu(
+                index=index,
+                uuid=_required_text(uuid, SECTION_QUERY_GPU, line.number, "uuid"),
+                name=_required_text(name, SECTION_QUERY_GPU, line.number, "name"),
+                pci_bus_id=pci_bus_id,
+                memory_total_mib=_optional_int(
+                    total, SECTION_QUERY_GPU, line.number, "memory.total"
+                ),
+                memory_used_mib=_optional_int(used, SECTION_QUERY_GPU, line.number, "memory.used"),
+                ecc_uncorrected=_optional_int(
+                    ecc, SECTION_QUERY_GPU, line.number, "ecc.errors.uncorrected.volatile.total"
+                ),
+            )
+        )
+    return tuple(gpus)
+
+
+def parse_compute_apps(text: str) -> tuple[GpuProcess, ...]:
+    """Rows of `nvidia-smi --query-compute-apps=COMPUTE_APPS_FIELDS --format=csv,noheader,nounits`.
+
+    Empty output and `No running processes found` mean none. A process name may contain
+    commas (it is a path); the uuid, pid and memory around it never do.
+    """
+    processes: list[GpuProcess] = []
+    for line in _lines(text):
+        if line.text == _NO_PROCESSES:
+            continue
+        fields = [field.strip() for field in line.text.split(",")]
+        if len(fields) < len(COMPUTE_APPS_FIELDS):
+            raise FactsParseError(
+                SECTION_COMPUTE_APPS,
+                line.number,
+                f"expected {len(COMPUTE_APPS_FIELDS)} fields, got {len(fields)}",
+            )
+        uuid, pid_text, *name_parts, memory = fields
+        if uuid == "gpu_uuid":
+            raise FactsParseError(
+                SECTION_COMPUTE_APPS,
+                line.number,
+                "found a header line; the probe must use noheader",
+            )
+        processes.append(
+            GpuProcess(
+                gpu_uuid=_required_text(uuid, SECTION_COMPUTE_APPS, line.number, "gpu_uuid"),
+                pid=_required_int(pid_text, SECTION_COMPUTE_APPS, line.number, "pid"),
+                process_name=", ".join(name_parts),
+                used_memory_mib=_optional_int(
+                    memory, SECTION_COMPUTE_APPS, line.number, "used_memory"
+                ),
+            )
+        )
+    return tuple(processes)
+
+
+# --------------------------------------------------------------------------- nvidia-smi topo -m
+
+# CSI sequences (colour, underline, ...) and the rarer two-byte escapes.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+_GPU_LABEL = re.compile(r"^GPU(\d+)$")
+_NVLINK = re.compile(r"^NV(\d+)$")
+# A matrix cell: X for self, NV# for NVLink, or an upper-case path kind (SYS, NODE, PHB, PXB,
+# PIX, and SOC from old drivers). Anything else (a CPU list, a number) means a shifted row.
+_CELL = re.compile(r"^(X|NV\d+|[A-Z]{2,5})$")
+# Header words after the device columns: "CPU Affinity", "NUMA Affinity", "GPU NUMA ID".
+_HEADER_TAIL = frozenset({"CPU", "NUMA", "GPU", "Affinity", "ID"})
+
+
+def strip_ansi(text: str) -> str:
+    """Remove terminal escape codes (some drivers underline the topology header)."""
+    return _ANSI.sub("", text)
+
+
+def parse_topology(text: str) -> tuple[tuple[int, ...], ...]:
+    """NVLink domains from `nvidia-smi topo -m`: connected components of NV# cells.
+
+    Only the GPU rows and GPU columns count; NIC rows and columns (NIC0..., mlx5_0...), the
+    affinity columns and the legends are ignored. A GPU with no NV# link is a domain of its
+    own. Domains are sorted, and so are the GPUs in each.
+    """
+    lines = strip_ansi(text).splitlines()
+    # The header starts with GPU0; so does GPU0's row, whose next cell is X.
+    header_at = next(
+        (
+            i
+            for i, raw in enumerate(lines)
+            if raw.split()[:1] == ["GPU0"] and raw.split()[1:2] != ["X"]
+        ),
+        None,
+    )
+    if header_at is None:
+        raise FactsParseError(SECTION_TOPOLOGY, 0, "no header line starting with GPU0")
+    columns: list[str] = []
+    for token in lines[header_at].split():
+        if token in _HEADER_TAIL:
+            break
+        columns.append(token)
+    gpu_columns: dict[int, int] = {}  # column position → GPU number
+    for position, label in enumerate(columns):
+        match = _GPU_LABEL.match(label)
+        if match is not None:
+            gpu = int(match.group(1))
+            if gpu in gpu_columns.values():
+                raise FactsParseError(
+                    SECTION_TOPOLOGY, header_at + 1, f"column {label} appears twice"
+                )
+            gpu_columns[position] = gpu
+
+    links: dict[int, dict[int, str]] = {}
+    row_lines: dict[int, int] = {}
+    for offset, raw in enumerate(lines[header_at + 1 :], start=header_at + 2):
+        tokens = raw.split()
+        if not tokens:
+            continue
+        if tokens[0] == "Legend:":
+            break
+        match = _GPU_LABEL.match(tokens[0])
+        if match is None:
+            continue  # a NIC row
+        gpu = int(match.group(1))
+        if gpu not in gpu_columns.values():
+            raise FactsParseError(SECTION_TOPOLOGY, offset, f"row {tokens[0]} has no column")
+        if gpu in links:
+            raise FactsParseError(
+                SECTION_TOPOLOGY, offset, f"row {tokens[0]} already given on line {row_lines[gpu]}"
+            )
+        cells = tokens[1 : 1 + len(columns)]
+        if len(cells) < len(columns):
+            raise FactsParseError(
+                SECTION_TOPOLOGY,
+                offset,
+                f"row {tokens[0]} has {len(cells)} cells, the header has {len(columns)} columns",
+            )
+        for position, cell in enumerate(cells):
+            if not _CELL.match(cell):
+                raise FactsParseError(
+                    SECTION_TOPOLOGY,
+                    offset,
+                    f"row {tokens[0]}, column {columns[position]}: {_quote(cell)} is not a link",
+                )
+        own = [columns[p] for p, cell in enumerate(cells) if cell == "X"]
+        if own != [tokens[0]]:
+            raise FactsParseError(
+                SECTION_TOPOLOGY,
+                offset,
+                f"row {tokens[0]} should have X in its own column only, has it in {own or 'none'}",
+            )
+        links[gpu] = {gpu_columns[p]: cells[p] for p in gpu_columns}
+        row_lines[gpu] = offset
+
+    missing = sorted(set(gpu_columns.values()) - links.keys())
+    if missing:
+        raise FactsParseError(
+            SECTION_TOPOLOGY,
+            header_at + 1,
+            "no row for " + ", ".join(f"GPU{gpu}" for gpu in missing),
+        )
+
+    parent = {gpu: gpu for gpu in links}
+
+    def root(gpu: int) -> int:
+        while parent[gpu] != gpu:
+            parent[gpu] = parent[parent[gpu]]
+            gpu = parent[gpu]
+        return gpu
+
+    for gpu, row in links.items():
+        for other, cell in row.items():
+            if other == gpu:
+                continue
+            reverse = links[other][gpu]
+            if (_NVLINK.match(cell) is None) != (_NVLINK.match(reverse) is None):
+                raise FactsParseError(
+                    SECTION_TOPOLOGY,
+                    row_lines[gpu],
+                    f"GPU{gpu}→GPU{other} is {cell} but GPU{other}→GPU{gpu} is {reverse}",
+                )
+            nv = _NVLINK.match(cell)
+            if nv is not None and int(nv.group(1)) > 0:
+                parent[root(gpu)] = root(other)
+
+    domains: dict[int, list[int]] = {}
+    for gpu in sorted(links):
+        domains.setdefault(root(gpu), []).append(gpu)
+    return tuple(sorted(tuple(members) for members in domains.values()))
+
+
+# --------------------------------------------------------------------------- InfiniBand sysfs
+
+_SYSFS_PREFIX = "/sys/class/infiniband/"
+_PORT_FILE = re.compile(r"^(?P<hca>[^/]+)/ports/(?P<port>[^/]+)/(?P<file>[^/]+)$")
+_PORT_FILES = frozenset({"state", "rate", "link_layer"})
+_STATE = re.compile(r"^\d+:\s*(?P<name>[A-Z_]+)$")
+_RATE = re.compile(r"^(?P<gbps>\d+(?:\.\d+)?) Gb/sec(?: \([^)]*\))?$")
+_LINK_LAYERS: Final[dict[str, Literal["InfiniBand", "Ethernet"]]] = {
+    "InfiniBand": "InfiniBand",
+    "Ethernet": "Ethernet",
+}
+
+
+def _natural(text: str) -> tuple[tuple[int, str], ...]:
+    """Sort key that puts mlx5_2 before mlx5_10."""
+    return tuple(
+        (int(part), "") if part.isdigit() else (0, part) for part in re.split(r"(\d+)", text)
+    )
+
+
+def parse_infiniband(files: Mapping[str, str]) -> tuple[HcaPort, ...]:
+    """HCA ports from sysfs files: keys like `mlx5_0/ports/1/state`, values their contents.
+
+    `state` ("4: ACTIVE") is required for each port; `rate` ("400 Gb/sec (4X NDR)") becomes
+    Gb/s and `link_layer` InfiniBand/Ethernet, both None when absent or empty. A link layer
+    the model has no name for (OmniPath) is reported as None. Keys may carry the
+    `/sys/class/infiniband/` prefix; files other than these three are ignored.
+    """
+    ports: dict[tuple[str, int], dict[str, tuple[str, str]]] = {}
+    for key, content in files.items():
+        relative = key.removeprefix(_SYSFS_PREFIX)
+        match = _PORT_FILE.match(relative)
+        if match is None or match.group("file") not in _PORT_FILES:
+            continue
+        where = _SYSFS_PREFIX + relative
+        port_text = match.group("port")
+        if not _is_whole_number(port_text) or int(port_text) < 1:
+            raise FactsParseError(where, 0, f"port {_quote(port_text)} is not a port number")
+        ports.setdefault((match.group("hca"), int(port_text)), {})[match.group("file")] = (
+            where,
+            content.strip(),
+        )
+
+    result: list[HcaPort] = []
+    for (hca, port), port_files in sorted(
+        ports.items(), key=lambda item: (_natural(item[0][0]), item[0][1])
+    ):
+        if "state" not in port_files:
+            raise FactsParseError(
+                f"{_SYSFS_PREFIX}{hca}/ports/{port}", 0, "has rate or link_layer but no state"
+            )
+        where, state_text = port_files["state"]
+        state = _STATE.match(state_text)
+        if state is None:
+            raise FactsParseError(where, 1, f"expected 'N: STATE', got {_quote(state_text)}")
+
+        rate_gbps: float | None = None
+        if "rate" in port_files and port_files["rate"][1]:
+            where, rate_text = port_files["rate"]
+            rate = _RATE.match(rate_text)
+            if rate is None:
+                raise FactsParseError(
+                    where, 1, f"expected 'N Gb/sec (...)', got {_quote(rate_text)}"
+                )
+            rate_gbps = float(rate.group("gbps"))
+
+        link_layer: Literal["InfiniBand", "Ethernet"] | None = None
+        if "link_layer" in port_files:
+            link_layer = _LINK_LAYERS.get(port_files["link_layer"][1])
+
+        result.append(
+            HcaPort(
+                hca=hca,
+                port=port,
+                state=state.group("name"),
+                rate_gbps=rate_gbps,
+                link_layer=link_layer,
+            )
+        )
+    return tuple(result)
+
+
+# --------------------------------------------------------------------------- shard records
+
+
+def _first_error(error: ValidationError) -> str:
+    detail = error.errors()[0]
+    location = ".".join(str(part) for part in detail["loc"])
+    return f"{location}: {detail['msg']}" if location else str(detail["msg"])
+
+
+def parse_shard_records(text: str) -> tuple[ShardRecord, ...]:
+    """One JSON object per line, each a ShardRecord; blank lines are skipped."""
+    records: list[ShardRecord] = []
+    for line in _lines(text):
+        try:
+            data = json.loads(line.text)
+        except json.JSONDecodeError as error:
+            raise FactsParseError(
+                SECTION_SHARDS, line.number, f"not JSON: {error.msg} at column {error.colno}"
+            ) from None
+        if not isinstance(data, dict):
+            raise FactsParseError(
+                SECTION_SHARDS, line.number, f"expected a JSON object, got {type(data).__name__}"
+            )
+        try:
+            records.append(ShardRecord.model_validate(data))
+        except ValidationError as error:
+            raise FactsParseError(SECTION_SHARDS, line.number, _first_error(error)) from None
+    return tuple(records)

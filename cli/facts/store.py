@@ -1,0 +1,57 @@
+"""Read and write a facts snapshot: a directory with one NAME.json per node (docs/facts.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from cli.errors import InputError, InputProblem
+from cli.facts.model import NodeFacts
+from cli.schemaerrors import problems_from_validation
+from cli.yamlsource import parse_yaml
+
+
+def parse_facts(text: str, file: str) -> NodeFacts:
+    # JSON is read through the YAML parser because it remembers lines for the errors.
+    document = parse_yaml(text, file)
+    if not isinstance(document.data, dict):
+        raise InputError([document.problem((), "a facts file is a JSON object")])
+    try:
+        return NodeFacts.model_validate(document.data)
+    except ValidationError as error:
+        raise InputError(problems_from_validation(error, NodeFacts, document)) from None
+
+
+def load_facts_dir(directory: Path) -> dict[str, NodeFacts]:
+    """Every NAME.json in `directory`, keyed by NAME (the file name is the node's name)."""
+    if not directory.is_dir():
+        raise InputError.single(str(directory), None, (), "not a directory of facts files")
+    facts: dict[str, NodeFacts] = {}
+    problems: list[InputProblem] = []
+    for path in sorted(directory.glob("*.json")):
+        try:
+            facts[path.stem] = parse_facts(path.read_text(encoding="utf-8"), str(path))
+        except InputError as error:
+            problems += error.problems
+    if problems:
+        raise InputError(problems)
+    return facts
+
+
+def facts_json(facts: NodeFacts) -> str:
+    return json.dumps(facts.model_dump(mode="json", exclude_none=False), indent=2) + "\n"
+
+
+def save_facts(directory: Path, name: str, facts: NodeFacts) -> Path:
+    """Write atomically, so a reader never sees half a file."""
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / f"{name}.json"
+    handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
+    with os.fdopen(handle, "w", encoding="utf-8") as stream:
+        stream.write(facts_json(facts))
+    Path(temporary).replace(target)
+    return target
