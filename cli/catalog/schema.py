@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cli.inventory.schema import Label
+
 Engine = Literal["vllm", "sglang", "llama.cpp"]
 ENGINES: tuple[Engine, ...] = ("vllm", "sglang", "llama.cpp")
 
@@ -45,7 +47,8 @@ class Profile(Strict):
     tensor_parallel: int | None = Field(default=None, ge=1)
     pipeline_parallel: int = Field(default=1, ge=1)
     min_memory_gb: float | None = Field(default=None, gt=0)
-    node_selector: dict[str, str] = Field(default_factory=dict)
+    # Compared as text, the way inventory labels are read (`gpus: 8` is "8").
+    node_selector: dict[Label, Label] = Field(default_factory=dict)
     args: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
 

@@ -228,3 +228,12 @@ def test_a_catalog_that_is_not_a_mapping_is_refused() -> None:
 
 def test_an_empty_catalog_has_no_models() -> None:
     assert load("").models == {}
+
+
+def test_a_node_selector_compares_numbers_and_booleans_as_label_text() -> None:
+    text = BASE.replace("node_selector", "x").replace(
+        "        min_memory_gb: 24\n",
+        "        min_memory_gb: 24\n        node_selector: {gpus: 8, fast: true}\n",
+    )
+    selector = load(text).models["qwen"].profiles[1].spec.node_selector
+    assert selector == {"gpus": "8", "fast": "true"}
