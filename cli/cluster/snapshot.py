@@ -1,0 +1,238 @@
+"""Build the Snapshot: inventory + facts + the clock → nodes with status and free capacity.
+
+Pure. A node's status comes from two owners that never overrule each other: reachability
+from the facts (Ready → Unreachable → Lost as time passes) and the cordon from the
+operator's inventory. Nothing gathered can clear a cordon.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from cli.facts.model import Gpu, HcaPort, NodeFacts, ShardRecord
+from cli.inventory.schema import Host, HostVars
+
+# A blip is not a loss: a node turns Lost, and its replicas move, only after this long
+# unreached, because rebuilding a multi-node replica costs tens of minutes of loading.
+DEFAULT_LOST_AFTER = timedelta(hours=1)
+
+# GPU memory in use with no process the probe can see (containers hide other pids):
+# an idle GPU holds a few MiB for the driver, so this much is someone's model.
+INVISIBLE_USE_MIB = 1024
+
+MIB_PER_GIB = 1024
+
+ClassifyGpu = Callable[[str, Mapping[str, str]], str]
+
+
+class Reachability(StrEnum):
+    READY = "Ready"
+    UNREACHABLE = "Unreachable"
+    LOST = "Lost"
+
+
+class Status(StrEnum):
+    READY = "Ready"
+    CORDONED = "Cordoned"
+    UNREACHABLE = "Unreachable"
+    LOST = "Lost"
+
+
+@dataclass(frozen=True)
+class GpuView:
+    index: int
+    name: str
+    gpu_class: str
+    memory_total_mib: int | None
+    unusable: str | None  # why no replica may have it, e.g. "2 uncorrected ECC errors"
+    held_by: str | None  # the replica of ours running on it
+
+
+@dataclass(frozen=True)
+class FabricView:
+    name: str
+    hcas: tuple[str, ...]  # as declared in the inventory
+    active_hcas: tuple[str, ...] | None  # of those, the ones with an ACTIVE port; None: unknown
+    rate_gbps: float | None
+    down: tuple[str, ...] = ()  # declared HCAs with no ACTIVE port, e.g. "mlx5_1 DOWN"
+
+
+@dataclass(frozen=True)
+class NodeView:
+    name: str
+    reachability: Reachability
+    cordon: str | None
+    unreachable_reason: str | None
+    last_reached: datetime | None
+    labels: Mapping[str, str]
+    memory_total_gib: float | None  # None: the node did not say
+    memory_reserved_gib: float  # by our shards' profiles
+    gpus: tuple[GpuView, ...] | None  # None: the node did not say
+    nvlink_domains: tuple[frozenset[int], ...] | None  # None: topology unknown
+    fabrics: tuple[FabricView, ...]
+    shards: tuple[ShardRecord, ...]
+    in_inventory: bool = True
+    notes: tuple[str, ...] = ()
+
+    @property
+    def status(self) -> Status:
+        if self.reachability is Reachability.LOST:
+            return Status.LOST
+        if self.reachability is Reachability.UNREACHABLE:
+            return Status.UNREACHABLE
+        return Status.CORDONED if self.cordon is not None else Status.READY
+
+    @property
+    def gpu_classes(self) -> tuple[str, ...]:
+        return tuple(sorted({gpu.gpu_class for gpu in self.gpus or ()}))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    now: datetime
+    nodes: tuple[NodeView, ...]  # sorted by name
+    lost_after: timedelta = DEFAULT_LOST_AFTER
+    problems: tuple[str, ...] = field(default=())
+
+    def node(self, name: str) -> NodeView:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+
+def build_snapshot(
+    hosts: Sequence[Host],
+    facts: Mapping[str, NodeFacts],
+    now: datetime,
+    classify: ClassifyGpu,
+    lost_after: timedelta = DEFAULT_LOST_AFTER,
+    what_if_vars: Mapping[str, HostVars] | None = None,
+) -> Snapshot:
+    """One view per inventory host; facts of hosts not in the inventory are what-if nodes."""
+    views = [
+        node_view(host.name, host.vars, facts.get(host.name), now, classify, lost_after)
+        for host in hosts
+    ]
+    known = {host.name for host in hosts}
+    for name in sorted(set(facts) - known):
+        host_vars = (what_if_vars or {}).get(name, HostVars())
+        view = node_view(name, host_vars, facts[name], now, classify, lost_after)
+        views.append(_replace_in_inventory(view))
+    return Snapshot(
+        now=now, nodes=tuple(sorted(views, key=lambda v: v.name)), lost_after=lost_after
+    )
+
+
+def _replace_in_inventory(view: NodeView) -> NodeView:
+    return NodeView(**{**view.__dict__, "in_inventory": False})
+
+
+def reachability(
+    facts: NodeFacts | None, now: datetime, lost_after: timedelta
+) -> tuple[Reachability, str | None]:
+    if facts is None:
+        return Reachability.UNREACHABLE, "no facts gathered yet"
+    if facts.reached:
+        return Reachability.READY, None
+    reason = facts.error or "not reached"
+    if facts.last_reached is None:
+        return Reachability.UNREACHABLE, f"{reason}; never reached"
+    if now - facts.last_reached >= lost_after:
+        return Reachability.LOST, reason
+    return Reachability.UNREACHABLE, reason
+
+
+def node_view(
+    name: str,
+    host_vars: HostVars,
+    facts: NodeFacts | None,
+    now: datetime,
+    classify: ClassifyGpu,
+    lost_after: timedelta = DEFAULT_LOST_AFTER,
+) -> NodeView:
+    state, reason = reachability(facts, now, lost_after)
+    shards = tuple(s for s in (facts.shards if facts else ()) if s.state != "stopped")
+    memory_total = None
+    if facts is not None and facts.memory is not None:
+        memory_total = facts.memory.total_mib / MIB_PER_GIB
+    gpus = None
+    domains = None
+    if facts is not None and facts.gpus is not None:
+        gpus = _gpu_views(facts, shards, host_vars.gpu_classes, classify)
+        if facts.nvlink_domains is not None:
+            domains = tuple(frozenset(d) for d in facts.nvlink_domains)
+    return NodeView(
+        name=name,
+        reachability=state,
+        cordon=host_vars.cordoned,
+        unreachable_reason=reason,
+        last_reached=facts.last_reached if facts else None,
+        labels=dict(host_vars.labels),
+        memory_total_gib=memory_total,
+        memory_reserved_gib=sum(s.memory_gib or 0.0 for s in shards),
+        gpus=gpus,
+        nvlink_domains=domains,
+        fabrics=_fabric_views(host_vars, facts),
+        shards=shards,
+        notes=facts.notes if facts else (),
+    )
+
+
+def _gpu_views(
+    facts: NodeFacts,
+    shards: Sequence[ShardRecord],
+    overrides: Mapping[str, str],
+    classify: ClassifyGpu,
+) -> tuple[GpuView, ...]:
+    holders = {gpu: shard.replica for shard in shards for gpu in shard.gpus}
+    processes: dict[str, list[str]] = {}
+    for process in facts.gpu_processes or ():
+        processes.setdefault(process.gpu_uuid, []).append(
+            f"pid {process.pid} {process.process_name.rsplit('/', 1)[-1]}"
+        )
+    return tuple(
+        GpuView(
+            index=gpu.index,
+            name=gpu.name,
+            gpu_class=classify(gpu.name, overrides),
+            memory_total_mib=gpu.memory_total_mib,
+            unusable=_unusable(gpu, holders.get(gpu.index), processes.get(gpu.uuid, [])),
+            held_by=holders.get(gpu.index),
+        )
+        for gpu in sorted(facts.gpus or (), key=lambda g: g.index)
+    )
+
+
+def _unusable(gpu: Gpu, holder: str | None, processes: list[str]) -> str | None:
+    if gpu.ecc_uncorrected:
+        plural = "s" if gpu.ecc_uncorrected != 1 else ""
+        return f"{gpu.ecc_uncorrected} uncorrected ECC error{plural}"
+    if holder is not None:
+        return None  # the processes on it are our shard's
+    if processes:
+        return ", ".join(processes)
+    if gpu.memory_used_mib is not None and gpu.memory_used_mib >= INVISIBLE_USE_MIB:
+        return f"{gpu.memory_used_mib} MiB used by a process the probe cannot see"
+    return None
+
+
+def _fabric_views(host_vars: HostVars, facts: NodeFacts | None) -> tuple[FabricView, ...]:
+    ports = facts.hcas if facts is not None else None
+    views = []
+    for fabric in host_vars.fabrics:
+        if ports is None:
+            views.append(FabricView(fabric.name, fabric.hcas, None, fabric.rate_gbps))
+            continue
+        active = tuple(h for h in fabric.hcas if any(p.hca == h and p.active for p in ports))
+        down = tuple(f"{h} {_port_state(h, ports)}" for h in fabric.hcas if h not in active)
+        views.append(FabricView(fabric.name, fabric.hcas, active, fabric.rate_gbps, down))
+    return tuple(views)
+
+
+def _port_state(hca: str, ports: Sequence[HcaPort]) -> str:
+    states = sorted({p.state for p in ports if p.hca == hca})
+    return "/".join(states) if states else "absent"

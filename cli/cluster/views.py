@@ -1,0 +1,106 @@
+"""What `ctl nodes` says about a node, as data: counts per GPU class, notes, the JSON form."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from cli.cluster.snapshot import NodeView, Snapshot
+
+NODES_FORMAT = "modelfleet.nodes/v1"
+
+
+@dataclass(frozen=True)
+class GpuCount:
+    gpu_class: str
+    free: int  # usable and not held by our shards
+    total: int
+
+
+def gpu_counts(node: NodeView) -> list[GpuCount] | None:
+    """Per class; None when the node did not report its GPUs."""
+    if node.gpus is None:
+        return None
+    counts: dict[str, list[int]] = {}
+    for gpu in node.gpus:
+        free, total = counts.setdefault(gpu.gpu_class, [0, 0])
+        usable = gpu.unusable is None and gpu.held_by is None
+        counts[gpu.gpu_class] = [free + usable, total + 1]
+    return [GpuCount(c, free, total) for c, (free, total) in sorted(counts.items())]
+
+
+def node_notes(node: NodeView) -> list[str]:
+    """The things worth a line under the table: faults, foreign processes, unknowns."""
+    notes = []
+    if node.cordon is not None:
+        notes.append(f"cordoned: {node.cordon}")
+    if node.unreachable_reason is not None:
+        notes.append(f"{node.reachability.value.lower()}: {node.unreachable_reason}")
+    for gpu in node.gpus or ():
+        if gpu.unusable is not None:
+            notes.append(f"GPU {gpu.index}: {gpu.unusable}")
+    for fabric in node.fabrics:
+        if fabric.active_hcas is None:
+            notes.append(f"fabric {fabric.name}: HCA state unknown")
+        elif fabric.down:
+            notes.append(f"fabric {fabric.name}: {', '.join(fabric.down)}")
+    if node.memory_total_gib is None and node.reachability.value == "Ready":
+        notes.append("did not report its memory")
+    if not node.in_inventory:
+        notes.append("what-if node: in the facts snapshot, not in the inventory")
+    notes += node.notes
+    return notes
+
+
+def nodes_json(snapshot: Snapshot) -> dict[str, Any]:
+    return {
+        "format": NODES_FORMAT,
+        "at": snapshot.now.isoformat(),
+        "nodes": [_node_json(node) for node in snapshot.nodes],
+    }
+
+
+def _node_json(node: NodeView) -> dict[str, Any]:
+    counts = gpu_counts(node)
+    return {
+        "name": node.name,
+        "status": node.status.value,
+        "reachability": node.reachability.value,
+        "cordoned": node.cordon,
+        "unreachable_reason": node.unreachable_reason,
+        "last_reached": node.last_reached.isoformat() if node.last_reached else None,
+        "in_inventory": node.in_inventory,
+        "memory_gib": node.memory_total_gib,
+        "memory_reserved_gib": node.memory_reserved_gib,
+        "gpu_counts": None
+        if counts is None
+        else [{"class": c.gpu_class, "free": c.free, "total": c.total} for c in counts],
+        "gpus": None
+        if node.gpus is None
+        else [
+            {
+                "index": g.index,
+                "name": g.name,
+                "class": g.gpu_class,
+                "memory_total_mib": g.memory_total_mib,
+                "held_by": g.held_by,
+                "unusable": g.unusable,
+            }
+            for g in node.gpus
+        ],
+        "nvlink_domains": None
+        if node.nvlink_domains is None
+        else [sorted(d) for d in node.nvlink_domains],
+        "fabrics": [
+            {
+                "name": f.name,
+                "hcas": list(f.hcas),
+                "active_hcas": None if f.active_hcas is None else list(f.active_hcas),
+                "rate_gbps": f.rate_gbps,
+            }
+            for f in node.fabrics
+        ],
+        "labels": dict(node.labels),
+        "shards": [s.model_dump(mode="json") for s in node.shards],
+        "notes": node_notes(node),
+    }

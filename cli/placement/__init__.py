@@ -1,0 +1,1 @@
+"""Placement: the highest-priority profile that fits, and why every other candidate did not."""

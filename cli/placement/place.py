@@ -1,0 +1,509 @@
+"""Place replicas: for each, the highest-priority profile that fits, on a snapshot that
+already holds every replica placed before it in the run (never the same GPU twice).
+
+Pure and deterministic: nodes are considered in name order and every tie is broken by
+name, so the answer does not depend on how the inventory lists its hosts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from cli.catalog.load import Catalog, CatalogModel, CatalogProfile
+from cli.cluster.snapshot import NodeView, Reachability, Snapshot
+from cli.placement import filters
+from cli.placement.filters import Relax
+from cli.placement.gpus import GpuChoice, choose_gpus
+from cli.placement.reasons import Blocking, Constraint, Rejection
+
+
+class Verdict(StrEnum):
+    PLACED = "placed"
+    NOT_NOW = "not-now"  # fits once our own shards free capacity
+    BLOCKED = "blocked"  # fits once node conditions are fixed (cordon, reachability, faults)
+    NEVER = "never"  # no node or fabric of this fleet could ever hold it
+
+
+@dataclass(frozen=True, slots=True)
+class ShardPlacement:
+    node: str
+    rank: int
+    gpus: tuple[int, ...]
+    hcas: tuple[str, ...]
+    fabric: str | None
+    note: str = ""  # how the GPUs sit in the NVLink topology
+
+
+@dataclass(frozen=True)
+class FabricShortfall:
+    fabric: str
+    eligible: tuple[str, ...]
+    needed: int
+
+
+@dataclass(frozen=True)
+class ProfileAttempt:
+    profile: CatalogProfile
+    fits: bool
+    nodes_considered: int
+    rejections: tuple[Rejection, ...]
+    fabric_shortfalls: tuple[FabricShortfall, ...] = ()
+    # Nodes that passed the memory constraint only because they did not report memory.
+    memory_unknown: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ReplicaPlacement:
+    model: str
+    replica: str
+    profile: CatalogProfile | None
+    shards: tuple[ShardPlacement, ...]
+    attempts: tuple[ProfileAttempt, ...]
+    verdict: Verdict
+
+    @property
+    def placed(self) -> bool:
+        return self.profile is not None
+
+    @property
+    def rejections(self) -> tuple[Rejection, ...]:
+        return tuple(r for attempt in self.attempts for r in attempt.rejections)
+
+
+@dataclass(frozen=True)
+class PlacementRun:
+    placements: tuple[ReplicaPlacement, ...]
+    running: dict[str, tuple[str, ...]]  # model → replicas already running
+    wanted: dict[str, int]  # model → replicas the run was asked to add
+
+    @property
+    def all_placed(self) -> bool:
+        return all(p.placed for p in self.placements)
+
+
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Holdings:
+    """What our shards hold on one node, as the run goes on."""
+
+    gpus: dict[int, str] = field(default_factory=dict)  # GPU index → replica
+    memory_gib: float = 0.0
+    models: set[str] = field(default_factory=set)
+
+
+NO_RELAX = Relax()
+
+
+class PlacementState:
+    """The snapshot plus the run's own placements so far."""
+
+    def __init__(self, snapshot: Snapshot, relax: Relax = NO_RELAX) -> None:
+        self.snapshot = snapshot
+        self.relax = relax
+        self.nodes = snapshot.nodes
+        self._holdings: dict[str, _Holdings] = {}
+        for node in self.nodes:
+            holdings = _Holdings()
+            if not relax.capacity:
+                holdings.memory_gib = node.memory_reserved_gib
+                holdings.models = {shard.model for shard in node.shards}
+                for gpu in node.gpus or ():
+                    if gpu.held_by is not None:
+                        holdings.gpus[gpu.index] = gpu.held_by
+            self._holdings[node.name] = holdings
+        self._static: dict[str, list[Rejection | None]] = {}
+        # Per node and class: the healthy GPU indices, sorted; computed once per run.
+        self._healthy: dict[tuple[str, str], tuple[int, ...]] = {}
+
+    def static_rejections(self, profile: CatalogProfile) -> list[Rejection | None]:
+        """Per node (snapshot order), the first constraint that fails whatever is held."""
+        cached = self._static.get(profile.key)
+        if cached is None:
+            cached = [self._static_check(profile, node) for node in self.nodes]
+            self._static[profile.key] = cached
+        return cached
+
+    def _static_check(self, profile: CatalogProfile, node: NodeView) -> Rejection | None:
+        spec, name = profile.spec, profile.name
+        return (
+            filters.node_status(name, node, self.relax)
+            or filters.node_selector(name, node, spec.node_selector)
+            or filters.memory_total(name, node, spec.min_memory_gb)
+            or filters.gpu_class(name, node, spec, self.relax)
+            or filters.gpu_health(name, node, spec, self.relax)
+        )
+
+    def healthy_gpus(self, node: NodeView, gpu_class: str) -> tuple[int, ...]:
+        key = (node.name, gpu_class)
+        healthy = self._healthy.get(key)
+        if healthy is None:
+            healthy = tuple(
+                g.index
+                for g in node.gpus or ()
+                if g.gpu_class == gpu_class and (g.unusable is None or self.relax.conditions)
+            )
+            self._healthy[key] = healthy
+        return healthy
+
+    def free_gpus(self, node: NodeView, gpu_class: str) -> list[int]:
+        held = self._holdings[node.name].gpus
+        return [i for i in self.healthy_gpus(node, gpu_class) if i not in held]
+
+    def held_by(self, node: NodeView, gpu_class: str) -> dict[str, list[int]]:
+        holders: dict[str, list[int]] = {}
+        classes = {g.index: g.gpu_class for g in node.gpus or ()}
+        for index, replica in sorted(self._holdings[node.name].gpus.items()):
+            if classes.get(index) == gpu_class:
+                holders.setdefault(replica, []).append(index)
+        return holders
+
+    def reserved_gib(self, node: NodeView) -> float:
+        return self._holdings[node.name].memory_gib
+
+    def runs(self, node: NodeView, model: str) -> bool:
+        return model in self._holdings[node.name].models
+
+    def hold(self, replica: str, profile: CatalogProfile, shards: Iterable[ShardPlacement]) -> None:
+        for shard in shards:
+            holdings = self._holdings[shard.node]
+            for index in shard.gpus:
+                if index in holdings.gpus:
+                    raise AssertionError(f"GPU {index} of {shard.node} handed out twice")
+                holdings.gpus[index] = replica
+            holdings.memory_gib += profile.spec.min_memory_gb or 0.0
+            holdings.models.add(profile.model)
+
+
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    node: NodeView
+    free: int  # free GPUs of the class (0 for CPU profiles)
+    choice: GpuChoice | None
+
+
+def try_profile(
+    profile: CatalogProfile, state: PlacementState
+) -> tuple[tuple[ShardPlacement, ...] | None, ProfileAttempt]:
+    """Place one replica as `profile`, or say for every node why not."""
+    spec = profile.spec
+    static = state.static_rejections(profile)
+    rejections: list[Rejection] = []
+    candidates: list[_Candidate] = []
+    memory_unknown: list[str] = []
+    for node, rejection in zip(state.nodes, static, strict=True):
+        found = _capacity_check(profile, node, rejection, state)
+        if isinstance(found, Rejection):
+            rejections.append(found)
+            continue
+        candidates.append(_Candidate(node, found, None))
+        if spec.min_memory_gb is not None and node.memory_total_gib is None:
+            memory_unknown.append(node.name)
+    if spec.nodes == 1:
+        shards = _place_single(profile, candidates, state)
+        attempt = ProfileAttempt(
+            profile,
+            shards is not None,
+            len(state.nodes),
+            tuple(rejections),
+            (),
+            tuple(memory_unknown),
+        )
+        return shards, attempt
+    shards, fabric_rejections, shortfalls = _place_multi(profile, candidates, state)
+    rejections += fabric_rejections
+    rejections.sort(key=lambda r: r.node)
+    attempt = ProfileAttempt(
+        profile,
+        shards is not None,
+        len(state.nodes),
+        tuple(rejections),
+        tuple(shortfalls) if shards is None else (),
+        tuple(memory_unknown),
+    )
+    return shards, attempt
+
+
+def _capacity_check(
+    profile: CatalogProfile, node: NodeView, static: Rejection | None, state: PlacementState
+) -> Rejection | int:
+    """The node's first failing constraint, in the documented order, or its free GPU count."""
+    spec = profile.spec
+    if static is not None and static.constraint in (
+        Constraint.NODE_STATUS,
+        Constraint.NODE_SELECTOR,
+        Constraint.MEMORY,
+    ):
+        return static
+    memory = filters.memory_free(profile.name, node, spec.min_memory_gb, state.reserved_gib(node))
+    if memory is not None:
+        return memory
+    if static is not None:
+        return static
+    if not spec.uses_gpus or spec.gpu_class is None:
+        return 0
+    if node.gpus is None and state.relax.conditions:
+        return spec.gpus_per_node  # pretending it reported them: "blocked", not "never"
+    free = state.free_gpus(node, spec.gpu_class)
+    short = (
+        filters.gpus_free(profile.name, node, spec, free, state.held_by(node, spec.gpu_class))
+        if len(free) < spec.gpus_per_node
+        else None
+    )
+    return short if short is not None else len(free)
+
+
+def _choose(profile: CatalogProfile, node: NodeView, state: PlacementState) -> GpuChoice:
+    spec = profile.spec
+    if not spec.uses_gpus or spec.gpu_class is None:
+        return GpuChoice((), 0, "")
+    if node.gpus is None:
+        return GpuChoice(tuple(range(spec.gpus_per_node)), 1, "GPUs not reported")
+    free = state.free_gpus(node, spec.gpu_class)
+    choice = choose_gpus(free, spec.gpus_per_node, spec.nvlink_group, node.nvlink_domains)
+    if choice is None:  # the capacity check said it fits
+        raise AssertionError(f"{node.name}: {len(free)} free GPUs cannot hold {spec.gpus_per_node}")
+    return choice
+
+
+def _place_single(
+    profile: CatalogProfile, candidates: list[_Candidate], state: PlacementState
+) -> tuple[ShardPlacement, ...] | None:
+    """Best fit: the partly used node the replica fills most, so whole nodes stay whole.
+
+    Before that, a node that does not run this model yet (one node failing should not take
+    every replica of a model), and for a tensor-parallel group, one NVLink domain.
+    """
+    if not candidates:
+        return None
+    spec = profile.spec
+    model = profile.model
+    if not spec.uses_gpus:
+        need = spec.min_memory_gb or 0.0
+
+        def cpu_key(c: _Candidate) -> tuple[bool, bool, bool, float, str]:
+            total = c.node.memory_total_gib
+            left = 0.0 if total is None else total - state.reserved_gib(c.node) - need
+            # GPU nodes last: a CPU model there holds RAM a GPU replica will need.
+            return (bool(c.node.gpus), state.runs(c.node, model), total is None, left, c.node.name)
+
+        best = min(candidates, key=cpu_key)
+        return (ShardPlacement(best.node.name, 0, (), (), None, ""),)
+    ordered = sorted(candidates, key=lambda c: (state.runs(c.node, model), c.free, c.node.name))
+    chosen: tuple[_Candidate, GpuChoice] | None = None
+    for candidate in ordered:
+        choice = _choose(profile, candidate.node, state)
+        if choice.quality == 0:
+            chosen = (candidate, choice)
+            break
+        if chosen is None or choice.quality < chosen[1].quality:
+            chosen = (candidate, choice)
+    assert chosen is not None
+    node, choice = chosen[0].node, chosen[1]
+    return (ShardPlacement(node.name, 0, choice.gpus, (), None, choice.note),)
+
+
+def _place_multi(
+    profile: CatalogProfile, candidates: list[_Candidate], state: PlacementState
+) -> tuple[tuple[ShardPlacement, ...] | None, list[Rejection], list[FabricShortfall]]:
+    """The emptiest nodes of one fabric: a multi-node replica is the least movable thing."""
+    spec = profile.spec
+    by_fabric: dict[str, list[tuple[_Candidate, tuple[str, ...]]]] = {}
+    rejections: list[Rejection] = []
+    for candidate in candidates:
+        usable, rejection = _fabric_hcas(profile, candidate.node, state.relax)
+        if rejection is not None:
+            rejections.append(rejection)
+        for fabric, hcas in usable:
+            by_fabric.setdefault(fabric, []).append((candidate, hcas))
+    groups: list[tuple[tuple[int, float, str], str, list[tuple[_Candidate, tuple[str, ...]]]]] = []
+    shortfalls: list[FabricShortfall] = []
+    for fabric, members in sorted(by_fabric.items()):
+        if len(members) < spec.nodes:
+            shortfalls.append(
+                FabricShortfall(fabric, tuple(c.node.name for c, _ in members), spec.nodes)
+            )
+            continue
+        members.sort(key=lambda m: (-m[0].free, m[0].node.name))
+        chosen = members[: spec.nodes]
+        rate = min(_rate(m[0].node, fabric) for m in chosen)
+        groups.append(((-sum(m[0].free for m in chosen), -rate, fabric), fabric, chosen))
+    if not groups:
+        placed_nodes = {r.node for r in rejections}
+        for candidate in candidates:
+            if candidate.node.name in placed_nodes:
+                continue
+            rejections.append(_fabric_shortfall(profile, candidate.node, shortfalls))
+        return None, rejections, shortfalls
+    _, fabric, chosen = min(groups, key=lambda g: g[0])
+    shards = []
+    for rank, (candidate, hcas) in enumerate(chosen):
+        choice = _choose(profile, candidate.node, state)
+        shards.append(
+            ShardPlacement(candidate.node.name, rank, choice.gpus, hcas, fabric, choice.note)
+        )
+    return tuple(shards), rejections, shortfalls
+
+
+def _rate(node: NodeView, fabric: str) -> float:
+    for view in node.fabrics:
+        if view.name == fabric:
+            return view.rate_gbps or 0.0
+    return 0.0
+
+
+def _fabric_hcas(
+    profile: CatalogProfile, node: NodeView, relax: Relax
+) -> tuple[list[tuple[str, tuple[str, ...]]], Rejection | None]:
+    """The fabrics this node can join, each with only its active HCAs."""
+    usable: list[tuple[str, tuple[str, ...]]] = []
+    dead: list[str] = []
+    for view in node.fabrics:
+        hcas = view.hcas if view.active_hcas is None or relax.conditions else view.active_hcas
+        if hcas:
+            usable.append((view.name, hcas))
+        else:
+            dead.append(f"{view.name} ({', '.join(view.down)})" if view.down else view.name)
+    if usable or (not dead and node.fabrics):
+        return usable, None
+    if not node.fabrics:
+        return [], Rejection(
+            profile.name,
+            node.name,
+            Constraint.FABRIC,
+            "is on no fabric; a multi-node replica needs one",
+            "are on no fabric",
+            Blocking.HARDWARE,
+        )
+    return [], Rejection(
+        profile.name,
+        node.name,
+        Constraint.FABRIC,
+        f"no active HCA on fabric {', '.join(dead)}",
+        "have no active HCA",
+        Blocking.CONDITION,
+    )
+
+
+def _fabric_shortfall(
+    profile: CatalogProfile, node: NodeView, shortfalls: Sequence[FabricShortfall]
+) -> Rejection:
+    mine = [s for s in shortfalls if node.name in s.eligible]
+    parts = []
+    for shortfall in mine:
+        others = [n for n in shortfall.eligible if n != node.name]
+        with_whom = f"with {', '.join(others)}" if others else "alone"
+        parts.append(
+            f"{shortfall.fabric} has {len(shortfall.eligible)} eligible node(s) ({with_whom})"
+        )
+    needed = profile.spec.nodes
+    return Rejection(
+        profile.name,
+        node.name,
+        Constraint.FABRIC,
+        f"{'; '.join(parts)}, needs {needed} on one fabric",
+        f"have no {needed}-node fabric group",
+        Blocking.HARDWARE,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def place_replica(
+    model: CatalogModel,
+    replica: str,
+    state: PlacementState,
+    verdicts: dict[str, Verdict] | None = None,
+) -> ReplicaPlacement:
+    """The highest-priority profile that fits, held on `state`; or every refusal.
+
+    `verdicts` caches per model the answer to "would it ever fit?", which does not change
+    within a run because it pretends our own holdings away.
+    """
+    attempts: list[ProfileAttempt] = []
+    for profile in model.profiles:
+        shards, attempt = try_profile(profile, state)
+        attempts.append(attempt)
+        if shards is not None:
+            state.hold(replica, profile, shards)
+            return ReplicaPlacement(
+                model.name, replica, profile, shards, tuple(attempts), Verdict.PLACED
+            )
+    cache = verdicts if verdicts is not None else {}
+    if model.name not in cache:
+        cache[model.name] = verdict_for(model, state.snapshot)
+    return ReplicaPlacement(model.name, replica, None, (), tuple(attempts), cache[model.name])
+
+
+def verdict_for(model: CatalogModel, snapshot: Snapshot) -> Verdict:
+    """Would it fit if our shards freed everything? If, besides, every node were healthy?"""
+    for relax, verdict in (
+        (Relax(capacity=True), Verdict.NOT_NOW),
+        (Relax(capacity=True, conditions=True), Verdict.BLOCKED),
+    ):
+        state = PlacementState(snapshot, relax)
+        if any(try_profile(profile, state)[0] is not None for profile in model.profiles):
+            return verdict
+    return Verdict.NEVER
+
+
+def running_replicas(snapshot: Snapshot) -> dict[str, tuple[str, ...]]:
+    """Replicas of each model with shards on nodes that are not Lost."""
+    running: dict[str, set[str]] = {}
+    for node in snapshot.nodes:
+        if node.reachability is Reachability.LOST:
+            continue
+        for shard in node.shards:
+            running.setdefault(shard.model, set()).add(shard.replica)
+    return {model: tuple(sorted(replicas)) for model, replicas in running.items()}
+
+
+def new_replica_id(model: str, taken: Iterable[str], ordinal: int) -> str:
+    used = set(taken)
+    number = ordinal
+    while f"{model}-{number}" in used:
+        number += 1
+    return f"{model}-{number}"
+
+
+def place(
+    catalog: Catalog, snapshot: Snapshot, models: Sequence[str] | None = None
+) -> PlacementRun:
+    """Place `models` (one more replica each), or every model up to its `replicas.min`.
+
+    Replicas are placed one at a time in rounds (every model's first, then every model's
+    second...), each on the state that holds the ones before it.
+    """
+    running = running_replicas(snapshot)
+    existing: dict[str, list[str]] = {}
+    for node in snapshot.nodes:  # Lost nodes too: their replica names are still taken
+        for record in node.shards:
+            existing.setdefault(record.model, []).append(record.replica)
+    if models is None:
+        wanted = {
+            name: max(0, model.replicas_min - len(running.get(name, ())))
+            for name, model in catalog.models.items()
+        }
+    else:
+        wanted = {}
+        for name in models:
+            wanted[name] = wanted.get(name, 0) + 1
+    state = PlacementState(snapshot)
+    placements: list[ReplicaPlacement] = []
+    taken = {name: sorted(set(existing.get(name, ()))) for name in wanted}
+    verdicts: dict[str, Verdict] = {}
+    for round_number in range(max(wanted.values(), default=0)):
+        for name, count in wanted.items():
+            if round_number >= count:
+                continue
+            replica = new_replica_id(name, taken[name], len(running.get(name, ())) + 1)
+            taken[name].append(replica)
+            placements.append(place_replica(catalog.models[name], replica, state, verdicts))
+    return PlacementRun(tuple(placements), running, wanted)

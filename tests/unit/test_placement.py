@@ -1,0 +1,428 @@
+"""Placement, case by case: which node, which GPUs, and the reason for every refusal."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from cli.catalog.load import Catalog
+from cli.cluster.snapshot import Snapshot, build_snapshot
+from cli.facts.gpuclass import gpu_class
+from cli.placement.explain import assumption_lines, summarize_attempt
+from cli.placement.place import PlacementRun, ReplicaPlacement, Verdict, place
+from cli.placement.reasons import Blocking, Constraint
+from tests.builders import (
+    NOW,
+    NodeSpec,
+    catalog,
+    facts,
+    hgx,
+    host,
+    pairs,
+    shard,
+    singletons,
+    snapshot,
+)
+
+H100X8 = """\
+models:
+  big:
+    source: hf://org/big
+    profiles:
+      - {name: tp8, priority: 100, engine: vllm, gpu_class: H100, gpus_per_node: 8}
+      - {name: tp4, priority: 50, engine: vllm, gpu_class: H100, gpus_per_node: 4}
+"""
+
+
+def one(models: Catalog, fleet: Snapshot, name: str | None = None) -> ReplicaPlacement:
+    run = place(models, fleet, [name or next(iter(models.models))])
+    assert len(run.placements) == 1
+    return run.placements[0]
+
+
+def messages(placement: ReplicaPlacement) -> dict[tuple[str, str], str]:
+    return {(r.profile, r.node): r.message for r in placement.rejections}
+
+
+def test_the_highest_priority_profile_that_fits_wins() -> None:
+    placement = one(catalog(H100X8), snapshot(hgx("hgx-1")))
+    assert placement.profile is not None and placement.profile.name == "tp8"
+    assert placement.shards[0].gpus == tuple(range(8))
+    assert [a.profile.name for a in placement.attempts] == ["tp8"]
+
+
+def test_a_lower_profile_is_used_when_the_higher_one_does_not_fit() -> None:
+    fleet = snapshot(hgx("hgx-1", shards=[shard("other-1", "other", [0, 1, 2])]))
+    placement = one(catalog(H100X8), fleet)
+    assert placement.profile is not None and placement.profile.name == "tp4"
+    assert placement.shards[0].gpus == (3, 4, 5, 6)
+    assert messages(placement)[("tp8", "hgx-1")] == (
+        "5 of 8 H100 free, needs 8 (GPU 0-2 held by other-1)"
+    )
+
+
+def test_a_tensor_parallel_pair_stays_inside_one_nvlink_bridge() -> None:
+    models = catalog(
+        """\
+        models:
+          m:
+            source: hf://org/m
+            profiles:
+              - {name: a100x2, priority: 1, engine: vllm, gpu_class: A100, gpus_per_node: 2}
+        """
+    )
+    # GPU 1 is taken, so the lowest free indices (0, 2) would cross PCIe.
+    fleet = snapshot(NodeSpec("a100-1", "A100", 4, pairs(4), shards=[shard("x-1", "x", [1])]))
+    placement = one(models, fleet)
+    assert placement.shards[0].gpus == (2, 3)
+    assert placement.shards[0].note == "one NVLink domain"
+
+
+def test_a_single_gpu_goes_to_the_nvlink_pair_already_half_used() -> None:
+    models = catalog(
+        """\
+        models:
+          m:
+            source: hf://org/m
+            profiles:
+              - {name: one, priority: 1, engine: vllm, gpu_class: A100, gpus_per_node: 1}
+        """
+    )
+    fleet = snapshot(NodeSpec("a100-1", "A100", 4, pairs(4), shards=[shard("x-1", "x", [2])]))
+    assert one(models, fleet).shards[0].gpus == (0,)  # groups of one need no domain
+
+
+def test_without_a_known_topology_the_lowest_free_indices_are_taken() -> None:
+    models = catalog(
+        """\
+        models:
+          m:
+            source: hf://org/m
+            profiles:
+              - {name: a100x2, priority: 1, engine: vllm, gpu_class: A100, gpus_per_node: 2}
+        """
+    )
+    fleet = snapshot(NodeSpec("a100-1", "A100", 4, None, shards=[shard("x-1", "x", [1])]))
+    placement = one(models, fleet)
+    assert placement.shards[0].gpus == (0, 2)
+    assert placement.shards[0].note == "NVLink topology unknown"
+
+
+def test_a_group_too_big_for_any_domain_spans_them_and_says_so() -> None:
+    models = catalog(
+        """\
+        models:
+          m:
+            source: hf://org/m
+            profiles:
+              - {name: a100x4, priority: 1, engine: vllm, gpu_class: A100, gpus_per_node: 4}
+        """
+    )
+    placement = one(models, snapshot(NodeSpec("a100-1", "A100", 4, pairs(4))))
+    assert placement.shards[0].gpus == (0, 1, 2, 3)
+    assert placement.shards[0].note == "1 tensor-parallel group spans NVLink domains"
+
+
+def test_a_node_whose_domain_holds_the_group_beats_one_where_it_would_span() -> None:
+    models = catalog(
+        """\
+        models:
+          m:
+            source: hf://org/m
+            profiles:
+              - {name: x2, priority: 1, engine: vllm, gpu_class: L40S, gpus_per_node: 2}
+        """
+    )
+    fleet = snapshot(
+        NodeSpec("a-pcie", "L40S", 2, singletons(2)),
+        NodeSpec("b-bridged", "L40S", 4, pairs(4)),
+    )
+    assert one(models, fleet).shards[0].node == "b-bridged"
+
+
+def test_single_node_replicas_fill_partly_used_nodes_first() -> None:
+    models = catalog(
+        """\
+        models:
+          m:
+            source: hf://org/m
+            profiles:
+              - {name: x2, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 2}
+        """
+    )
+    fleet = snapshot(
+        hgx("hgx-1"),
+        hgx("hgx-2", shards=[shard("o-1", "o", range(4))]),
+        hgx("hgx-3", shards=[shard("o-2", "o", range(2))]),
+    )
+    placement = one(models, fleet)
+    assert (placement.shards[0].node, placement.shards[0].gpus) == ("hgx-2", (4, 5))
+
+
+def test_replicas_of_one_model_spread_over_nodes_when_they_can() -> None:
+    models = catalog(
+        """\
+        models:
+          m:
+            source: hf://org/m
+            replicas: {min: 2}
+            profiles:
+              - {name: x1, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 1}
+        """
+    )
+    run = place(models, snapshot(hgx("hgx-1"), hgx("hgx-2")))
+    assert [p.shards[0].node for p in run.placements] == ["hgx-1", "hgx-2"]
+
+
+def test_replicas_are_placed_one_at_a_time_and_never_share_a_gpu() -> None:
+    models = catalog(
+        """\
+        models:
+          m:
+            source: hf://org/m
+            replicas: {min: 3}
+            profiles:
+              - {name: x4, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 4}
+        """
+    )
+    run = place(models, snapshot(hgx("hgx-1")))
+    placed = [p.shards[0].gpus for p in run.placements if p.placed]
+    assert placed == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    last = run.placements[2]
+    assert not last.placed and last.verdict is Verdict.NOT_NOW
+    assert (
+        messages(last)[("x4", "hgx-1")]
+        == "0 of 8 H100 free, needs 4 (GPU 0-3 held by m-1; GPU 4-7 held by m-2)"
+    )
+
+
+MULTI = """\
+models:
+  ds:
+    source: hf://org/ds
+    profiles:
+      - {name: x16, priority: 1, engine: sglang, gpu_class: H100, gpus_per_node: 8, nodes: 2,
+         tensor_parallel: 16}
+"""
+
+
+def test_a_multi_node_replica_takes_the_emptiest_nodes_of_one_fabric() -> None:
+    east = [("ib-east", ["mlx5_0", "mlx5_1"])]
+    west = [("ib-west", ["mlx5_0", "mlx5_1"])]
+    fleet = snapshot(
+        hgx("hgx-1", fabrics=east),
+        hgx("hgx-2", fabrics=west),
+        hgx("hgx-3", fabrics=west, down_hcas=["mlx5_1"]),
+    )
+    placement = one(catalog(MULTI), fleet)
+    assert [(s.node, s.rank, s.fabric, s.hcas) for s in placement.shards] == [
+        ("hgx-2", 0, "ib-west", ("mlx5_0", "mlx5_1")),
+        ("hgx-3", 1, "ib-west", ("mlx5_0",)),
+    ]
+
+
+def test_nodes_on_two_fabrics_are_never_combined() -> None:
+    fleet = snapshot(
+        hgx("hgx-1", fabrics=[("ib-east", ["mlx5_0"])]),
+        hgx("hgx-2", fabrics=[("ib-west", ["mlx5_0"])]),
+    )
+    placement = one(catalog(MULTI), fleet)
+    assert not placement.placed
+    assert placement.verdict is Verdict.NEVER
+    assert messages(placement)[("x16", "hgx-1")] == (
+        "ib-east has 1 eligible node(s) (alone), needs 2 on one fabric"
+    )
+    assert summarize_attempt(placement.attempts[0]) == (
+        "x16: 0/2 nodes fit — 2 have no 2-node fabric group (hgx-1, hgx-2), "
+        "no fabric joins 2 eligible nodes (ib-east: hgx-1 only; ib-west: hgx-2 only)"
+    )
+
+
+def test_a_node_whose_fabric_hcas_are_all_down_cannot_join() -> None:
+    fabric = [("ib-east", ["mlx5_0"])]
+    fleet = snapshot(
+        hgx("hgx-1", fabrics=fabric),
+        hgx("hgx-2", fabrics=fabric, down_hcas=["mlx5_0"]),
+    )
+    placement = one(catalog(MULTI), fleet)
+    assert messages(placement)[("x16", "hgx-2")] == "no active HCA on fabric ib-east (mlx5_0 DOWN)"
+    assert placement.verdict is Verdict.BLOCKED
+
+
+def test_unknown_hca_state_lets_a_node_join_with_its_declared_hcas() -> None:
+    fabric = [("ib-east", ["mlx5_0", "mlx5_1"])]
+    fleet = snapshot(hgx("hgx-1", fabrics=fabric), hgx("hgx-2", fabrics=fabric, hcas_known=False))
+    placement = one(catalog(MULTI), fleet)
+    assert {s.node: s.hcas for s in placement.shards}["hgx-2"] == ("mlx5_0", "mlx5_1")
+
+
+CPU = """\
+models:
+  coder:
+    source: file:///srv/coder.gguf
+    profiles:
+      - {name: cpu, priority: 1, engine: llama.cpp, min_memory_gb: 24,
+         node_selector: {role: coding}}
+"""
+
+
+def test_a_small_node_is_refused_with_its_memory_and_the_need() -> None:
+    fleet = snapshot(NodeSpec("cpu-small", memory_gib=8, labels={"role": "coding"}))
+    placement = one(catalog(CPU), fleet)
+    assert messages(placement)[("cpu", "cpu-small")] == "has 8 GB of memory, needs 24"
+    assert placement.rejections[0].constraint is Constraint.MEMORY
+    assert placement.verdict is Verdict.NEVER
+
+
+def test_a_node_that_did_not_report_memory_is_used_and_the_assumption_said() -> None:
+    fleet = snapshot(NodeSpec("cpu-old", memory_gib=None, labels={"role": "coding"}))
+    placement = one(catalog(CPU), fleet)
+    assert placement.shards[0].node == "cpu-old"
+    assert placement.attempts[0].memory_unknown == ("cpu-old",)
+    assert assumption_lines(placement) == [
+        "note: cpu-old did not report its memory; assumed to hold 24 GB"
+    ]
+
+
+def test_memory_reserved_by_running_shards_counts() -> None:
+    fleet = snapshot(
+        NodeSpec(
+            "cpu-big",
+            memory_gib=64,
+            labels={"role": "coding"},
+            shards=[shard("a-1", "a", [], memory_gib=24), shard("b-1", "b", [], memory_gib=24)],
+        )
+    )
+    placement = one(catalog(CPU), fleet)
+    assert messages(placement)[("cpu", "cpu-big")] == (
+        "has 64 GB of memory, 48 reserved by our shards, needs 24"
+    )
+    assert placement.verdict is Verdict.NOT_NOW
+
+
+def test_a_label_mismatch_names_both_labels() -> None:
+    fleet = snapshot(
+        NodeSpec("cpu-1", memory_gib=64, labels={"role": "general"}),
+        NodeSpec("cpu-2", memory_gib=64),
+    )
+    found = messages(one(catalog(CPU), fleet))
+    assert found[("cpu", "cpu-1")] == "label role=general, needs role=coding"
+    assert found[("cpu", "cpu-2")] == "no label role, needs role=coding"
+
+
+def test_a_cpu_model_prefers_a_node_without_gpus() -> None:
+    fleet = snapshot(
+        hgx("a-gpu", labels={"role": "coding"}),
+        NodeSpec("b-cpu", memory_gib=64, labels={"role": "coding"}),
+    )
+    assert one(catalog(CPU), fleet).shards[0].node == "b-cpu"
+
+
+def test_cordoned_unreachable_and_lost_nodes_are_refused_with_their_reason() -> None:
+    fleet = snapshot(
+        hgx("hgx-1", cordoned="PSU fan failing"),
+        hgx("hgx-2", unreachable_for=timedelta(minutes=7)),
+        hgx("hgx-3", unreachable_for=timedelta(hours=3)),
+    )
+    placement = one(catalog(H100X8), fleet)
+    found = messages(placement)
+    assert found[("tp8", "hgx-1")] == "cordoned: PSU fan failing"
+    assert found[("tp8", "hgx-2")] == "unreachable: timed out after 10 s"
+    assert found[("tp8", "hgx-3")] == "lost: timed out after 10 s"
+    assert placement.verdict is Verdict.BLOCKED
+    assert {r.blocking for r in placement.rejections} == {Blocking.CONDITION}
+
+
+def test_a_gpu_with_ecc_errors_or_a_foreign_process_is_not_free() -> None:
+    fleet = snapshot(hgx("hgx-1", ecc={2: 2}, foreign={5: "python3"}))
+    placement = one(catalog(H100X8), fleet)
+    assert messages(placement)[("tp8", "hgx-1")] == (
+        "6 of 8 H100 usable, needs 8 (GPU 2: 2 uncorrected ECC errors; GPU 5: pid 4005 python3)"
+    )
+    assert placement.shards[0].gpus == (0, 1, 3, 4)
+
+
+def test_a_gpu_class_mismatch_names_what_the_node_has() -> None:
+    fleet = snapshot(
+        NodeSpec("l40s-1", "L40S", 4, singletons(4)),
+        NodeSpec("cpu-1"),
+        NodeSpec("blind", "H100", 8, gpus_known=False),
+    )
+    placement = one(catalog(H100X8), fleet)
+    found = messages(placement)
+    assert found[("tp8", "l40s-1")] == "has L40S GPUs, needs H100"
+    assert found[("tp8", "cpu-1")] == "has no GPUs, needs H100"
+    assert found[("tp8", "blind")] == "did not report its GPUs, needs H100"
+    assert placement.verdict is Verdict.BLOCKED
+
+
+def test_a_model_that_no_node_could_ever_hold_is_never() -> None:
+    placement = one(catalog(H100X8), snapshot(NodeSpec("l40s-1", "L40S", 4, singletons(4))))
+    assert placement.verdict is Verdict.NEVER
+    assert {r.blocking for r in placement.rejections} == {Blocking.HARDWARE}
+
+
+def test_the_summary_counts_reasons_and_names_the_best_candidate() -> None:
+    fleet = snapshot(
+        NodeSpec("l40s-1", "L40S", 4, singletons(4)),
+        NodeSpec("l40s-2", "L40S", 4, singletons(4)),
+        hgx("hgx-1", shards=[shard("o-1", "o", [0, 1])]),
+        hgx("hgx-2", shards=[shard("o-2", "o", [0, 1, 2])]),
+        hgx("hgx-3", cordoned="PSU fan failing"),
+    )
+    models = catalog(H100X8.replace("gpus_per_node: 4}", "gpus_per_node: 8, nodes: 1}"))
+    placement = one(models, fleet)
+    assert summarize_attempt(placement.attempts[0]) == (
+        "tp8: 0/5 nodes fit — 2 have L40S GPUs (l40s-1, l40s-2), 2 have too few free H100 "
+        "(best: hgx-1, 6 of 8 free), 1 cordoned (hgx-3: PSU fan failing)"
+    )
+
+
+def test_place_all_counts_running_replicas_toward_the_minimum() -> None:
+    models = catalog(
+        """\
+        models:
+          m:
+            source: hf://org/m
+            replicas: {min: 2}
+            profiles:
+              - {name: x1, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 1}
+        """
+    )
+    run: PlacementRun = place(models, snapshot(hgx("hgx-1", shards=[shard("m-1", "m", [0])])))
+    assert run.running == {"m": ("m-1",)}
+    assert [p.replica for p in run.placements] == ["m-2"]
+    assert run.placements[0].shards[0].gpus == (1,)
+
+
+def test_a_replica_on_a_lost_node_does_not_count_as_running() -> None:
+    models = catalog(
+        """\
+        models:
+          m:
+            source: hf://org/m
+            profiles:
+              - {name: x1, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 1}
+        """
+    )
+    fleet = snapshot(
+        hgx("hgx-1", shards=[shard("m-1", "m", [0])], unreachable_for=timedelta(hours=2)),
+        hgx("hgx-2"),
+    )
+    run = place(models, fleet)
+    assert run.running == {}
+    assert [(p.replica, p.shards[0].node) for p in run.placements] == [("m-2", "hgx-2")]
+
+
+def test_gpu_memory_used_by_an_invisible_process_makes_the_gpu_unusable() -> None:
+    node = hgx("hgx-1")
+    fleet_facts = snapshot(node)
+    gpu = fleet_facts.nodes[0].gpus
+    assert gpu is not None and all(g.unusable is None for g in gpu)
+    raw = facts(node)
+    assert raw.gpus is not None
+    busy = raw.model_copy(
+        update={"gpus": (raw.gpus[0].model_copy(update={"memory_used_mib": 30000}), *raw.gpus[1:])}
+    )
+    view = build_snapshot([host(node)], {"hgx-1": busy}, NOW, gpu_class).nodes[0]
+    assert view.gpus is not None
+    assert view.gpus[0].unusable == "30000 MiB used by a process the probe cannot see"

@@ -1,0 +1,53 @@
+"""The pure core imports no edge library: no SSH, no Proxmox, no Ansible, no terminal."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2] / "cli"
+PURE_PACKAGES = ["catalog", "inventory", "facts", "cluster", "placement"]
+PURE_MODULES = ["errors.py", "yamlsource.py", "schemaerrors.py"]
+FORBIDDEN = {"paramiko", "proxmoxer", "ansible", "ansible_runner", "typer", "rich", "click"}
+# Modules of the pure packages that are edges by design: they read or write files.
+EDGE_MODULES = {"catalog/load.py", "inventory/load.py", "facts/store.py"}
+
+
+def pure_files() -> list[Path]:
+    files = [ROOT / name for name in PURE_MODULES]
+    for package in PURE_PACKAGES:
+        files += sorted((ROOT / package).glob("*.py"))
+    return files
+
+
+def imported_roots(path: Path) -> set[str]:
+    roots = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            roots |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+@pytest.mark.parametrize("path", pure_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_pure_core_module_imports_no_edge_library(path: Path) -> None:
+    assert imported_roots(path) & FORBIDDEN == set()
+
+
+def test_the_pure_core_list_covers_real_modules() -> None:
+    assert len(pure_files()) >= 15
+    assert all(path.exists() for path in pure_files())
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in pure_files() if str(p.relative_to(ROOT)) not in EDGE_MODULES],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_a_pure_core_module_opens_no_files(path: Path) -> None:
+    source = path.read_text(encoding="utf-8")
+    for call in ("open(", ".read_text(", ".write_text(", "subprocess", "socket"):
+        assert call not in source, f"{path.name} uses {call}"
