@@ -1,0 +1,1 @@
+"""Commands: parse options, call the core through the edges, render. Nothing else."""

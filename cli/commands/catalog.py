@@ -1,0 +1,42 @@
+"""`ctl catalog check`: load and validate a catalog, changing nothing."""
+
+from __future__ import annotations
+
+import typer
+
+from cli.commands.options import DEFAULT_CATALOG, CatalogOption, JsonOption
+
+app = typer.Typer(help="Inspect the catalog of models.", no_args_is_help=True)
+
+
+@app.command("check")
+def check(catalog: CatalogOption = DEFAULT_CATALOG, as_json: JsonOption = False) -> None:
+    """Validate the catalog: schema, aliases, fallbacks and parallelism arithmetic."""
+    from cli.catalog.load import load_catalog
+    from cli.ui import console
+    from cli.ui.tables import catalog_table
+
+    with console.input_errors():
+        loaded = load_catalog(catalog)
+    if as_json:
+        console.print_json(
+            {
+                "catalog": str(catalog),
+                "models": {
+                    name: {
+                        "aliases": list(m.aliases),
+                        "fallbacks": list(m.fallbacks),
+                        "replicas": {"min": m.replicas_min, "max": m.replicas_max},
+                        "profiles": [p.name for p in m.profiles],
+                    }
+                    for name, m in loaded.models.items()
+                },
+            }
+        )
+        return
+    console.print_table(catalog_table(loaded))
+    profiles = sum(len(m.profiles) for m in loaded.models.values())
+    console.out.print(
+        f"{catalog}: OK — {len(loaded.models)} models, {profiles} profiles, "
+        f"{len(loaded.aliases)} aliases"
+    )

@@ -1,0 +1,69 @@
+"""`ctl place`: where would these models go, and if nowhere, why not."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from cli.commands.options import (
+    DEFAULT_CATALOG,
+    DEFAULT_INVENTORY,
+    CatalogOption,
+    FactsOption,
+    InventoryOption,
+    JsonOption,
+)
+
+
+def place(
+    models: Annotated[
+        list[str] | None, typer.Argument(help="Models or aliases: place one more replica of each.")
+    ] = None,
+    all_models: Annotated[
+        bool, typer.Option("--all", help="Every catalog model, up to its replicas.min.")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Compute and explain; change nothing.")
+    ] = False,
+    catalog: CatalogOption = DEFAULT_CATALOG,
+    inventory: InventoryOption = DEFAULT_INVENTORY,
+    facts: FactsOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Place models on the fleet and explain every node that was refused, with numbers.
+
+    Exit code 0 when everything asked for was placed, 1 when something was not, 2 on bad
+    input.
+    """
+    from cli.catalog.load import load_catalog
+    from cli.commands.fleet import load_fleet
+    from cli.errors import near_miss
+    from cli.placement.explain import placement_json
+    from cli.placement.place import place as place_models
+    from cli.ui import console
+    from cli.ui.placement import print_run
+
+    if bool(models) == all_models:
+        console.fail("name the models to place, or pass --all (not both)")
+    if not dry_run:
+        console.fail("only --dry-run is available: starting replicas comes with `ctl reconcile`")
+    with console.input_errors():
+        loaded = load_catalog(catalog)
+        fleet = load_fleet(inventory, facts)
+    wanted: list[str] | None = None
+    if models:
+        wanted = []
+        for name in models:
+            resolved = loaded.resolve(name)
+            if resolved is None:
+                console.fail(
+                    f"{catalog}: no model or alias '{name}'{near_miss(name, loaded.names())}"
+                )
+            wanted.append(resolved)
+    run = place_models(loaded, fleet.snapshot, wanted)
+    if as_json:
+        console.print_json(placement_json(run))
+    else:
+        print_run(run)
+    raise SystemExit(console.EXIT_OK if run.all_placed else console.EXIT_INCOMPLETE)

@@ -1,0 +1,1 @@
+"""The terminal: the only package that imports rich."""

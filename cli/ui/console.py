@@ -1,0 +1,53 @@
+"""Where output goes: results on stdout, errors and progress on stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn
+
+from rich.console import Console, RenderableType
+
+from cli.errors import InputError
+
+EXIT_OK = 0
+EXIT_INCOMPLETE = 1
+EXIT_BAD_INPUT = 2
+
+# 100 columns when not a terminal, so piped output reads as the docs show it.
+out = Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 100)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def print_table(table: RenderableType) -> None:
+    """A table without the trailing blanks rich pads its last column with."""
+    with out.capture() as captured:
+        out.print(table)
+    for line in captured.get().splitlines():
+        sys.stdout.write(line.rstrip() + "\n")
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
+    err.print(f"[bold red]error:[/] {message}", markup=True)
+    raise SystemExit(code)
+
+
+@contextmanager
+def input_errors() -> Iterator[None]:
+    """Bad input: every problem on its own line on stderr, exit code 2."""
+    try:
+        yield
+    except InputError as error:
+        for problem in error.problems:
+            err.print(f"[bold red]error:[/] {rich_escape(str(problem))}", markup=True)
+        raise SystemExit(EXIT_BAD_INPUT) from None
+
+
+def rich_escape(text: str) -> str:
+    return text.replace("[", "\\[")

@@ -1,0 +1,57 @@
+"""`ctl place` for people: one block per replica, refusals folded into summary lines."""
+
+from __future__ import annotations
+
+import textwrap
+
+from cli.placement.explain import VERDICT_TEXT, assumption_lines, refusal_lines, shard_text
+from cli.placement.place import PlacementRun, ReplicaPlacement
+from cli.ui.console import out, rich_escape
+
+INDENT = 2
+PROFILE_COLUMN = 10
+
+
+def render_run(run: PlacementRun, width: int = 100) -> list[str]:
+    """Plain lines, at most `width` columns where words allow."""
+    lines: list[str] = []
+    for model, count in run.wanted.items():
+        replicas = run.running.get(model, ())
+        if replicas:
+            more = f", placing {count} more" if count else ", replicas.min reached"
+            lines.append(f"{model}: {len(replicas)} running ({', '.join(replicas)}){more}")
+    column = max((len(p.replica) for p in run.placements), default=0) + 2
+    for placement in run.placements:
+        lines += render_placement(placement, column, width)
+    return lines
+
+
+def render_placement(placement: ReplicaPlacement, column: int, width: int) -> list[str]:
+    lines: list[str] = []
+    if placement.profile is not None:
+        head = f"{placement.replica:<{column}}{placement.profile.name:<{PROFILE_COLUMN}}"
+        shards = placement.shards
+        texts = [shard_text(shard) for shard in shards]
+        widest = max(len(text) for text in texts)
+        for index, (shard, text) in enumerate(zip(shards, texts, strict=True)):
+            line = text
+            if len(shards) > 1:
+                mark = "┐" if index == 0 else ("┘" if index == len(shards) - 1 else "┤")
+                line = f"{text:<{widest}} {mark}" + (f" {shard.fabric}" if index == 0 else "")
+            lines.append((head if index == 0 else " " * len(head)) + line)
+    else:
+        verdict = VERDICT_TEXT[placement.verdict]
+        lines += _wrap(f"{placement.replica:<{column}}NOT PLACED — {verdict}", " " * column, width)
+    for line in assumption_lines(placement) + refusal_lines(placement):
+        lines += _wrap(" " * INDENT + line, " " * (INDENT * 2), width)
+    return lines
+
+
+def _wrap(text: str, indent: str, width: int) -> list[str]:
+    return textwrap.wrap(text, width=width, subsequent_indent=indent, break_on_hyphens=False)
+
+
+def print_run(run: PlacementRun) -> None:
+    width = min(out.width, 120)
+    for line in render_run(run, width):
+        out.print(rich_escape(line), overflow="ignore", crop=False)
