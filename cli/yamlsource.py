@@ -6,6 +6,7 @@ the last one and an operator who wrote a key twice meant one of them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,25 @@ def _unsafe(loader: yaml.SafeLoader, node: yaml.Node) -> object:
 
 _Loader.add_constructor("!vault", _vaulted)
 _Loader.add_constructor("!unsafe", _unsafe)
+
+
+def yaml_kind(value: object) -> str:
+    """How an operator would name the YAML type of `value`, for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, VaultedValue):
+        return "an Ansible Vault secret (ctl does not decrypt)"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return type(value).__name__
 
 
 @dataclass(frozen=True)

@@ -43,9 +43,9 @@ import string
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
-from typing import Any, get_args
+from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from cli.errors import InputError, InputProblem, KeyPath, near_miss
 from cli.inventory.schema import (
@@ -55,9 +55,9 @@ from cli.inventory.schema import (
     HostVars,
     Inventory,
     validate_host_vars,
-    yaml_kind,
 )
-from cli.yamlsource import YamlDocument, parse_yaml
+from cli.schemaerrors import problems_from_validation
+from cli.yamlsource import YamlDocument, parse_yaml, yaml_kind
 
 YAML_EXTENSIONS = (".yml", ".yaml", ".json")
 IGNORED_NAMES = frozenset({"group_vars", "host_vars", "vars_plugins"})
@@ -303,7 +303,7 @@ def _check(key: str, var: _Var) -> list[InputProblem]:
     try:
         HostVars.model_validate({key: var.value})
     except ValidationError as error:
-        return _pydantic_problems(var.doc, var.path[:-1], error, HostVars)
+        return problems_from_validation(error, HostVars, var.doc, var.path[:-1])
     return []
 
 
@@ -322,83 +322,6 @@ def _template_in(value: Any, at: KeyPath = ()) -> KeyPath | None:
             if found is not None:
                 return found
     return None
-
-
-def _pydantic_problems(
-    doc: YamlDocument, base: KeyPath, error: ValidationError, model: type[BaseModel]
-) -> list[InputProblem]:
-    errors = []
-    for item in error.errors():
-        ctx = item.get("ctx") or {}
-        loc = tuple(_loc_part(part) for part in item["loc"] if part != "[key]")
-        errors.append((item, loc + tuple(ctx.get("at", ()))))
-    locs = [loc for _, loc in errors]
-    hints: dict[KeyPath, list[str]] = {}
-    problems: list[InputProblem] = []
-    for item, loc in errors:
-        if item["type"] == "extra_forbidden":
-            hint = near_miss(str(loc[-1]), _fields_at(model, loc[:-1]))
-            hints.setdefault(loc[:-1], []).append(hint)
-            line = doc.line_of(base + loc)
-            message = f"unknown key '{loc[-1]}'{hint}"
-            problems.append(InputProblem(doc.file, line, base + loc[:-1], message))
-    for item, loc in errors:
-        kind = item["type"]
-        if kind == "extra_forbidden":
-            continue
-        if any(len(other) > len(loc) and other[: len(loc)] == loc for other in locs):
-            continue  # an error inside this value says more
-        if kind == "missing":
-            # a misspelt key is reported once, as unknown with its near miss
-            if not any(f"'{loc[-1]}'" in hint for hint in hints.get(loc[:-1], ())):
-                problems.append(doc.problem(base + loc[:-1], f"missing key '{loc[-1]}'"))
-            continue
-        problems.append(doc.problem(base + loc, _message(item)))
-    return problems
-
-
-def _loc_part(part: Any) -> str | int:
-    if isinstance(part, str) or (isinstance(part, int) and not isinstance(part, bool)):
-        return part
-    return str(part)
-
-
-def _message(item: Any) -> str:
-    kind = item["type"]
-    value = item.get("input")
-    ctx = item.get("ctx") or {}
-    if kind in ("string_type",):
-        return f"must be text, not {yaml_kind(value)}"
-    if kind in ("dict_type", "model_type", "model_attributes_type"):
-        return f"must be a mapping, not {yaml_kind(value)}"
-    if kind in ("tuple_type", "list_type"):
-        return f"must be a list, not {yaml_kind(value)}"
-    if kind in ("float_type", "float_parsing", "int_type", "int_parsing"):
-        return f"must be a number, not {yaml_kind(value)}"
-    if kind in ("too_short", "string_too_short"):
-        return "must not be empty"
-    if kind == "greater_than":
-        return f"must be more than {ctx.get('gt')}"
-    if kind == "value_error" and "error" in ctx:
-        return str(ctx["error"])
-    return str(item["msg"])
-
-
-def _fields_at(model: type[BaseModel], loc: KeyPath) -> list[str]:
-    """The keys allowed at `loc` inside `model` (for near-miss suggestions)."""
-    current: Any = model
-    for part in loc:
-        if isinstance(current, type) and issubclass(current, BaseModel):
-            info = current.model_fields.get(str(part))
-            current = info.annotation if info is not None else None
-        else:
-            args = [arg for arg in get_args(current) if arg is not Ellipsis]
-            current = args[-1] if args else None
-    candidates = [current, *get_args(current)]
-    for candidate in candidates:
-        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
-            return list(candidate.model_fields)
-    return []
 
 
 def _depths(tree: InventoryTree) -> dict[str, int]:

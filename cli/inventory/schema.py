@@ -27,29 +27,10 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from cli.yamlsource import VaultedValue
+from cli.yamlsource import yaml_kind
 
 NO_CORDON_REASON = "cordoned (no reason given)"
 DEFAULT_SSH_PORT = 22
-
-
-def yaml_kind(value: object) -> str:
-    """How an operator would name the YAML type of `value`, for error messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, VaultedValue):
-        return "an Ansible Vault secret (ctl does not decrypt)"
-    if isinstance(value, bool):
-        return "true/false"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "text"
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, list | tuple):
-        return "a list"
-    return type(value).__name__
 
 
 def label_text(value: object) -> str:

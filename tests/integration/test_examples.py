@@ -160,7 +160,7 @@ def test_a_bad_catalog_is_one_line_per_problem_and_exit_code_2(tmp_path: Path) -
     result = ctl("catalog", "check", "--catalog", "catalog.yaml", cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "error: catalog.yaml:89: models.llama-3.1-70b.profiles[0].gpus_per_nod: unknown key"
+        "error: catalog.yaml:89: models.llama-3.1-70b.profiles[0]: unknown key"
         " 'gpus_per_nod' (did you mean 'gpus_per_node'?)"
     ]
 
