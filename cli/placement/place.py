@@ -116,6 +116,11 @@ class PlacementState:
                         holdings.gpus[gpu.index] = gpu.held_by
             self._holdings[node.name] = holdings
         self._static: dict[str, list[Rejection | None]] = {}
+        # Incremental capacity: hold() logs the snapshot positions it changed; each profile
+        # keeps its per-node results and how far into the log it has caught up.
+        self._position = {node.name: i for i, node in enumerate(self.nodes)}
+        self._changed: list[int] = []
+        self._results: dict[str, tuple[list[Rejection | int], int]] = {}
         # Per node and class: the healthy GPU indices, sorted; computed once per run.
         self._healthy: dict[tuple[str, str], tuple[int, ...]] = {}
 
@@ -176,6 +181,25 @@ class PlacementState:
                 holdings.gpus[index] = replica
             holdings.memory_gib += profile.spec.min_memory_gb or 0.0
             holdings.models.add(profile.model)
+            self._changed.append(self._position[shard.node])
+
+    def capacity_results(self, profile: CatalogProfile) -> list[Rejection | int]:
+        """Per node (snapshot order) `_capacity_check`, redone only where hold() changed."""
+        entry = self._results.get(profile.key)
+        if entry is None:
+            static = self.static_rejections(profile)
+            results = [
+                _capacity_check(profile, node, rejection, self)
+                for node, rejection in zip(self.nodes, static, strict=True)
+            ]
+        else:
+            results, seen = entry
+            static = self.static_rejections(profile)
+            for position in set(self._changed[seen:]):
+                node = self.nodes[position]
+                results[position] = _capacity_check(profile, node, static[position], self)
+        self._results[profile.key] = (results, len(self._changed))
+        return results
 
 
 # ---------------------------------------------------------------------------------------
@@ -193,18 +217,16 @@ def try_profile(
 ) -> tuple[tuple[ShardPlacement, ...] | None, ProfileAttempt]:
     """Place one replica as `profile`, or say for every node why not."""
     spec = profile.spec
-    static = state.static_rejections(profile)
-    rejections: list[Rejection] = []
-    candidates: list[_Candidate] = []
+    results = state.capacity_results(profile)
+    rejections = [found for found in results if isinstance(found, Rejection)]
+    candidates = [
+        _Candidate(node, found, None)
+        for node, found in zip(state.nodes, results, strict=True)
+        if not isinstance(found, Rejection)
+    ]
     memory_unknown: list[str] = []
-    for node, rejection in zip(state.nodes, static, strict=True):
-        found = _capacity_check(profile, node, rejection, state)
-        if isinstance(found, Rejection):
-            rejections.append(found)
-            continue
-        candidates.append(_Candidate(node, found, None))
-        if spec.min_memory_gb is not None and node.memory_total_gib is None:
-            memory_unknown.append(node.name)
+    if spec.min_memory_gb is not None:
+        memory_unknown = [c.node.name for c in candidates if c.node.memory_total_gib is None]
     if spec.nodes == 1:
         shards = _place_single(profile, candidates, state)
         attempt = ProfileAttempt(
@@ -295,16 +317,21 @@ def _place_single(
 
         best = min(candidates, key=cpu_key)
         return (ShardPlacement(best.node.name, 0, (), (), None, ""),)
-    ordered = sorted(candidates, key=lambda c: (state.runs(c.node, model), c.free, c.node.name))
-    chosen: tuple[_Candidate, GpuChoice] | None = None
-    for candidate in ordered:
-        choice = _choose(profile, candidate.node, state)
-        if choice.quality == 0:
-            chosen = (candidate, choice)
-            break
-        if chosen is None or choice.quality < chosen[1].quality:
-            chosen = (candidate, choice)
-    assert chosen is not None
+
+    def key(c: _Candidate) -> tuple[bool, int, str]:
+        return (state.runs(c.node, model), c.free, c.node.name)
+
+    # The best by key usually keeps its group in one NVLink domain: try it before sorting.
+    first = min(candidates, key=key)
+    choice = _choose(profile, first.node, state)
+    chosen: tuple[_Candidate, GpuChoice] = (first, choice)
+    if choice.quality != 0:
+        for candidate in sorted(candidates, key=key):
+            choice = _choose(profile, candidate.node, state)
+            if choice.quality < chosen[1].quality:
+                chosen = (candidate, choice)
+            if choice.quality == 0:
+                break
     node, choice = chosen[0].node, chosen[1]
     return (ShardPlacement(node.name, 0, choice.gpus, (), None, choice.note),)
 
