@@ -1,10 +1,14 @@
-"""The root `ctl` command: registration only."""
+"""The root `ctl` command: connection settings for every command, then registration."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
-from cli.commands import catalog, nodes, place
+from cli.commands import catalog, facts, nodes, place
+from cli.commands.options import GatherOptions, parse_duration
 
 app = typer.Typer(
     name="ctl",
@@ -13,8 +17,49 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def settings(
+    context: typer.Context,
+    known_hosts: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="MODELFLEET_KNOWN_HOSTS",
+            help="The fleet's known_hosts [default: .known_hosts in the inventory's directory].",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option(envvar="MODELFLEET_TIMEOUT", help="SSH connect timeout, seconds.")
+    ] = 10.0,
+    command_timeout: Annotated[
+        float,
+        typer.Option(envvar="MODELFLEET_COMMAND_TIMEOUT", help="Probe run timeout, seconds."),
+    ] = 30.0,
+    parallel: Annotated[
+        int, typer.Option(envvar="MODELFLEET_PARALLEL", min=1, help="Nodes gathered at once.")
+    ] = 32,
+    lost_after: Annotated[
+        str,
+        typer.Option(
+            envvar="MODELFLEET_LOST_AFTER",
+            help="An unreachable node counts as Lost after this long (e.g. 90m, 2h).",
+        ),
+    ] = "1h",
+) -> None:
+    """Settings for reaching the fleet; they apply to the command that follows."""
+    context.obj = GatherOptions(
+        known_hosts=known_hosts,
+        connect_timeout=timeout,
+        command_timeout=command_timeout,
+        parallel=parallel,
+        lost_after=parse_duration(lost_after),
+    )
+
+
 app.command("place")(place.place)
 app.command("nodes")(nodes.nodes)
+app.command("facts")(facts.facts)
 app.add_typer(catalog.app, name="catalog")
 
 

@@ -12,12 +12,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from cli.cluster import DEFAULT_LOST_AFTER
 from cli.facts.model import Gpu, HcaPort, NodeFacts, ShardRecord
 from cli.inventory.schema import Host, HostVars
-
-# A blip is not a loss: a node turns Lost, and its replicas move, only after this long
-# unreached, because rebuilding a multi-node replica costs tens of minutes of loading.
-DEFAULT_LOST_AFTER = timedelta(hours=1)
 
 # GPU memory in use with no process the probe can see (containers hide other pids):
 # an idle GPU holds a few MiB for the driver, so this much is someone's model.

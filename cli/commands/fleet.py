@@ -1,39 +1,126 @@
-"""Load what every command starts from: the catalog, the inventory and a snapshot."""
+"""Load what every command starts from: the inventory and the facts, as a Snapshot.
+
+Facts come from a snapshot directory (--facts) or, by default, live from the nodes over
+SSH, merged with the cache so a node not reached now keeps its last known facts.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
+import typer
+
 from cli.cluster.snapshot import Snapshot, build_snapshot
+from cli.commands.options import GatherOptions
 from cli.errors import InputError
 from cli.facts.gpuclass import gpu_class
+from cli.facts.model import NodeFacts
 from cli.facts.store import load_facts_dir
 from cli.inventory.load import load_inventory
 from cli.inventory.schema import Inventory
+
+KNOWN_HOSTS_NAME = ".known_hosts"
 
 
 @dataclass(frozen=True)
 class Fleet:
     inventory: Inventory
+    facts: dict[str, NodeFacts]
     snapshot: Snapshot
+    unreached: dict[str, str] = field(default_factory=dict)  # node → why, this gather
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.unreached)
 
 
-def load_fleet(inventory_path: Path, facts_dir: Path | None) -> Fleet:
-    inventory = load_inventory(inventory_path)
-    if facts_dir is None:
-        raise InputError.single(
-            "--facts",
-            None,
-            (),
-            "no facts to read: pass --facts DIR with a snapshot (see examples/facts)",
-        )
+def fleet_known_hosts(inventory_path: Path, options: GatherOptions) -> Path:
+    if options.known_hosts is not None:
+        return options.known_hosts
+    # Hidden, so Ansible does not take it for an inventory source of the directory.
+    directory = inventory_path if inventory_path.is_dir() else inventory_path.parent
+    return directory / KNOWN_HOSTS_NAME
+
+
+def _from_snapshot(inventory: Inventory, facts_dir: Path, options: GatherOptions) -> Fleet:
     facts = load_facts_dir(facts_dir)
     if not facts:
         raise InputError.single(str(facts_dir), None, (), "no NAME.json facts files here")
     # A snapshot is one moment: the newest gather in it, so an example read next year
     # says what it said the day it was written.
     now = max(f.gathered_at for f in facts.values())
+    snapshot = _snapshot(inventory, facts, now, options)
+    unreached = {name: f.error for name, f in facts.items() if f.error is not None}
+    return Fleet(inventory, facts, snapshot, {}, tuple(f"{n}: {e}" for n, e in unreached.items()))
+
+
+def _snapshot(
+    inventory: Inventory, facts: dict[str, NodeFacts], now: datetime, options: GatherOptions
+) -> Snapshot:
     what_if = {name: f.host_vars for name, f in facts.items() if f.host_vars is not None}
-    snapshot = build_snapshot(inventory.hosts, facts, now, gpu_class, what_if_vars=what_if)
-    return Fleet(inventory, snapshot)
+    return build_snapshot(
+        inventory.hosts, facts, now, gpu_class, options.lost_after, what_if_vars=what_if
+    )
+
+
+def gather_fleet(
+    inventory: Inventory,
+    inventory_path: Path,
+    options: GatherOptions,
+    on_progress: Callable[[str, str | None], None] | None = None,
+    now: datetime | None = None,
+) -> Fleet:
+    from cli.facts.cache import FactsCache
+    from cli.facts.gather import Target, gather
+    from cli.facts.probe import facts_from_attempt
+
+    targets = [
+        Target(h.name, h.address, h.port, h.user, h.private_key_file) for h in inventory.hosts
+    ]
+    attempts = gather(
+        targets,
+        fleet_known_hosts(inventory_path, options),
+        connect_timeout=options.connect_timeout,
+        command_timeout=options.command_timeout,
+        parallel=options.parallel,
+        on_done=None
+        if on_progress is None
+        else lambda attempt: on_progress(attempt.name, attempt.error),
+    )
+    moment = now or datetime.now(UTC)
+    cache = FactsCache(inventory_path, options.state_dir)
+    previous, warnings = cache.load()
+    facts = {
+        a.name: facts_from_attempt(a.output, a.error, previous.get(a.name), moment)
+        for a in attempts
+    }
+    cache.save(facts)
+    unreached = {name: f.error for name, f in facts.items() if f.error is not None}
+    snapshot = _snapshot(inventory, facts, moment, options)
+    return Fleet(inventory, facts, snapshot, unreached, tuple(warnings))
+
+
+def load_fleet_for(context: typer.Context, inventory_path: Path, facts_dir: Path | None) -> Fleet:
+    """For a command: the inventory and its facts — from a snapshot, or gathered live with
+    the settings given to `ctl` and progress on stderr. Bad input exits 2; every node not
+    reached is named on stderr with why."""
+    from cli.ui import console
+    from cli.ui.progress import gather_progress
+
+    options = context.obj if isinstance(context.obj, GatherOptions) else GatherOptions()
+    with console.input_errors():
+        inventory = load_inventory(inventory_path)
+        if facts_dir is not None:
+            fleet = _from_snapshot(inventory, facts_dir, options)
+        else:
+            with gather_progress(len(inventory.hosts)) as progress:
+                fleet = gather_fleet(inventory, inventory_path, options, progress)
+    for warning in fleet.warnings:
+        console.err.print(f"warning: {console.rich_escape(warning)}")
+    for name, reason in fleet.unreached.items():
+        console.err.print(f"unreachable: {name}: {console.rich_escape(reason)}")
+    return fleet

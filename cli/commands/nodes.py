@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import typer
+
 from cli.commands.options import (
     DEFAULT_INVENTORY,
     FactsOption,
@@ -11,21 +13,26 @@ from cli.commands.options import (
 
 
 def nodes(
+    context: typer.Context,
     inventory: InventoryOption = DEFAULT_INVENTORY,
     facts: FactsOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """List nodes: status, free/total GPUs, memory, fabrics, labels and shards."""
+    """List nodes: status, free/total GPUs, memory, fabrics, labels and shards.
+
+    Facts are gathered live over SSH unless --facts names a snapshot. Exit code 1 when a
+    node could not be reached (it is listed with why), 2 on bad input.
+    """
     from cli.cluster.views import nodes_json
-    from cli.commands.fleet import load_fleet
+    from cli.commands.fleet import load_fleet_for
     from cli.ui import console
     from cli.ui.tables import node_notes, nodes_table
 
-    with console.input_errors():
-        fleet = load_fleet(inventory, facts)
+    fleet = load_fleet_for(context, inventory, facts)
     if as_json:
         console.print_json(nodes_json(fleet.snapshot))
-        return
-    console.print_table(nodes_table(fleet.snapshot))
-    for note in node_notes(fleet.snapshot):
-        console.out.print(console.rich_escape(note))
+    else:
+        console.print_table(nodes_table(fleet.snapshot))
+        for note in node_notes(fleet.snapshot):
+            console.out.print(console.rich_escape(note))
+    raise SystemExit(console.EXIT_INCOMPLETE if fleet.partial else console.EXIT_OK)

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from cli.cluster import DEFAULT_LOST_AFTER
+
 CatalogOption = Annotated[
     Path,
-    typer.Option(
-        "--catalog",
-        envvar="MODELFLEET_CATALOG",
-        help="The catalog of models (YAML).",
-        show_default=True,
-    ),
+    typer.Option("--catalog", envvar="MODELFLEET_CATALOG", help="The catalog of models (YAML)."),
 ]
 InventoryOption = Annotated[
     Path,
@@ -23,7 +23,6 @@ InventoryOption = Annotated[
         "-i",
         envvar="MODELFLEET_INVENTORY",
         help="The Ansible inventory: a YAML file or a directory.",
-        show_default=True,
     ),
 ]
 FactsOption = Annotated[
@@ -31,10 +30,33 @@ FactsOption = Annotated[
     typer.Option(
         "--facts",
         envvar="MODELFLEET_FACTS",
-        help="Read node facts from this snapshot directory (one NAME.json per node).",
+        help="Read node facts from this snapshot directory instead of gathering them live.",
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output (docs/json.md).")]
 
 DEFAULT_CATALOG = Path("catalog.yaml")
 DEFAULT_INVENTORY = Path("inventory")
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def parse_duration(text: str) -> timedelta:
+    """`90s`, `30m`, `2h`, `1d`."""
+    match = _DURATION.match(text.strip())
+    if match is None:
+        raise typer.BadParameter(f"'{text}' is not a duration like 90s, 30m, 2h or 1d")
+    return timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
+
+
+@dataclass(frozen=True)
+class GatherOptions:
+    """How to reach the fleet: set once on `ctl`, used by every command that gathers."""
+
+    known_hosts: Path | None = None  # default: .known_hosts in the inventory's directory
+    connect_timeout: float = 10.0
+    command_timeout: float = 30.0
+    parallel: int = 32
+    lost_after: timedelta = DEFAULT_LOST_AFTER
+    state_dir: Path | None = None  # default: $XDG_STATE_HOME/modelfleet

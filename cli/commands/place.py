@@ -17,6 +17,7 @@ from cli.commands.options import (
 
 
 def place(
+    context: typer.Context,
     models: Annotated[
         list[str] | None, typer.Argument(help="Models or aliases: place one more replica of each.")
     ] = None,
@@ -37,7 +38,7 @@ def place(
     input.
     """
     from cli.catalog.load import load_catalog
-    from cli.commands.fleet import load_fleet
+    from cli.commands.fleet import load_fleet_for
     from cli.errors import near_miss
     from cli.placement.explain import placement_json
     from cli.placement.place import place as place_models
@@ -50,7 +51,7 @@ def place(
         console.fail("only --dry-run is available: starting replicas comes with `ctl reconcile`")
     with console.input_errors():
         loaded = load_catalog(catalog)
-        fleet = load_fleet(inventory, facts)
+    fleet = load_fleet_for(context, inventory, facts)
     wanted: list[str] | None = None
     if models:
         wanted = []
@@ -66,4 +67,5 @@ def place(
         console.print_json(placement_json(run))
     else:
         print_run(run)
-    raise SystemExit(console.EXIT_OK if run.all_placed else console.EXIT_INCOMPLETE)
+    complete = run.all_placed and not fleet.partial
+    raise SystemExit(console.EXIT_OK if complete else console.EXIT_INCOMPLETE)

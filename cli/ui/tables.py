@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from rich.table import Table
 
 from cli.catalog.load import Catalog
 from cli.cluster import views
 from cli.cluster.snapshot import NodeView, Snapshot, Status
+from cli.facts.model import NodeFacts
 from cli.placement.filters import gb
 
 STATUS_STYLE = {
@@ -99,5 +102,30 @@ def catalog_table(catalog: Catalog) -> Table:
             f"{model.replicas_min}..{model.replicas_max}",
             profiles,
             " → ".join(model.fallbacks) or "-",
+        )
+    return table
+
+
+def facts_table(snapshot: Snapshot, facts: Mapping[str, NodeFacts]) -> Table:
+    """What each node said this time: reached or why not, and the gist of its facts."""
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("NAME", "REACHED", "PROBE", "GPUS", "MEM", "HCAS", "SHARDS", "NOTES"):
+        table.add_column(column, overflow="fold")
+    for node in snapshot.nodes:
+        node_facts = facts.get(node.name)
+        if node_facts is None:
+            continue
+        reached = "yes" if node_facts.error is None else f"[red]no[/]: {node_facts.error}"
+        active = sum(1 for port in node_facts.hcas or () if port.active)
+        hcas = "?" if node_facts.hcas is None else f"{active}/{len(node_facts.hcas)} active"
+        table.add_row(
+            node.name,
+            reached,
+            node_facts.probe_version or "-",
+            gpus_cell(node),
+            memory_cell(node),
+            hcas,
+            str(len(node_facts.shards)),
+            "; ".join(node_facts.notes) or "-",
         )
     return table

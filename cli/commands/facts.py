@@ -1,0 +1,47 @@
+"""`ctl facts`: gather every node's facts now, and optionally save them as a snapshot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cli.commands.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
+
+
+def facts(
+    context: typer.Context,
+    inventory: InventoryOption = DEFAULT_INVENTORY,
+    save: Annotated[
+        Path | None,
+        typer.Option(
+            "--save",
+            help="Write a snapshot here: one NAME.json per node (docs/facts.md).",
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Gather facts from every node over SSH, one probe run per node, in parallel.
+
+    Exit code 1 when a node could not be reached (each is named with why), 2 on bad input.
+    """
+    from cli.commands.fleet import load_fleet_for
+    from cli.facts.store import save_facts
+    from cli.ui import console
+    from cli.ui.tables import facts_table
+
+    fleet = load_fleet_for(context, inventory, None)
+    if save is not None:
+        for host in fleet.inventory.hosts:
+            node_facts = fleet.facts[host.name].model_copy(update={"host_vars": host.vars})
+            save_facts(save, host.name, node_facts)
+    if as_json:
+        console.print_json(
+            {name: f.model_dump(mode="json") for name, f in sorted(fleet.facts.items())}
+        )
+    else:
+        console.print_table(facts_table(fleet.snapshot, fleet.facts))
+        if save is not None:
+            console.out.print(f"saved {len(fleet.facts)} nodes to {save}/")
+    raise SystemExit(console.EXIT_INCOMPLETE if fleet.partial else console.EXIT_OK)

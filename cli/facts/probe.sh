@@ -1,0 +1,85 @@
+#!/bin/sh
+# modelfleet facts probe: one run per node, one SSH exec, POSIX sh and coreutils only.
+# It prints raw sections; every judgement is made by cli/facts/parse.py on the control
+# side, so an old probe on a node never misreads a new format. Read-only: it changes
+# nothing on the node. Each section ends with its command's exit status.
+PROBE_VERSION=1
+SHARD_DIR=${MODELFLEET_SHARD_DIR:-/var/lib/modelfleet/shards}
+
+begin() { printf '@@modelfleet begin %s\n' "$1"; }
+end() { printf '\n@@modelfleet end %s %s\n' "$1" "$2"; }
+
+begin version
+printf '%s\n' "$PROBE_VERSION"
+end version 0
+
+begin meminfo
+cat /proc/meminfo 2>&1
+end meminfo $?
+
+# A container sees the host's /proc/meminfo; its cgroup limit is what it really has.
+begin cgroup-memory
+if [ -r /sys/fs/cgroup/memory.max ]; then
+  cat /sys/fs/cgroup/memory.max
+  end cgroup-memory $?
+elif [ -r /sys/fs/cgroup/memory/memory.limit_in_bytes ]; then
+  cat /sys/fs/cgroup/memory/memory.limit_in_bytes
+  end cgroup-memory $?
+else
+  end cgroup-memory 127
+fi
+
+# NVIDIA devices on the PCI bus (vendor 0x10de, class 0x03xx display/3D), so "no
+# nvidia-smi" on a GPU node is told apart from a node without GPUs.
+begin pci-nvidia
+for device in /sys/bus/pci/devices/*; do
+  [ -r "$device/vendor" ] || continue
+  read -r vendor < "$device/vendor" || continue
+  [ "$vendor" = "0x10de" ] || continue
+  read -r class < "$device/class" || class=unknown
+  case "$class" in 0x03*) printf '%s %s\n' "${device##*/}" "$class" ;; esac
+done
+end pci-nvidia 0
+
+if command -v nvidia-smi >/dev/null 2>&1; then
+  begin query-gpu
+  nvidia-smi --query-gpu=index,uuid,name,pci.bus_id,memory.total,memory.used,ecc.errors.uncorrected.volatile.total --format=csv,noheader,nounits 2>&1
+  end query-gpu $?
+  begin compute-apps
+  nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv,noheader,nounits 2>&1
+  end compute-apps $?
+  begin topology
+  nvidia-smi topo -m 2>&1
+  end topology $?
+else
+  begin query-gpu
+  printf 'nvidia-smi: command not found\n'
+  end query-gpu 127
+fi
+
+# One line per file: PATH<TAB>CONTENT, PATH relative to /sys/class/infiniband.
+begin infiniband
+if [ -d /sys/class/infiniband ]; then
+  for port in /sys/class/infiniband/*/ports/*; do
+    [ -d "$port" ] || continue
+    for name in state rate link_layer; do
+      if [ -r "$port/$name" ]; then
+        read -r value < "$port/$name" || value=
+        printf '%s\t%s\n' "${port#/sys/class/infiniband/}/$name" "$value"
+      fi
+    done
+  done
+  end infiniband 0
+else
+  end infiniband 127
+fi
+
+begin shards
+if [ -d "$SHARD_DIR" ]; then
+  for record in "$SHARD_DIR"/*.json; do
+    [ -r "$record" ] || continue
+    tr -d '\n' < "$record"
+    printf '\n'
+  done
+fi
+end shards 0

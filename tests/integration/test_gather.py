@@ -1,0 +1,216 @@
+"""Gathering facts over SSH from a real sshd on loopback: what is learned, what is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from cli.cluster.snapshot import Reachability
+from cli.commands.fleet import gather_fleet
+from cli.commands.options import GatherOptions
+from cli.facts.gather import Target, gather
+from cli.facts.parse import parse_meminfo
+from cli.facts.probe import facts_from_probe
+from cli.inventory.load import load_inventory
+from tests.builders import NOW
+from tests.sshd import Sshd, keygen, missing_reason, running_sshd, silent_listener
+
+pytestmark = pytest.mark.skipif(missing_reason() is not None, reason=str(missing_reason()))
+
+
+@pytest.fixture
+def sshd(tmp_path: Path) -> Iterator[Sshd]:
+    with running_sshd(tmp_path / "sshd") as server:
+        yield server
+
+
+def target(server: Sshd, name: str = "local", key: Path | None = None) -> Target:
+    return Target(name, server.address, server.port, "root", str(key or server.client_key))
+
+
+def known_hosts(tmp_path: Path, *lines: str) -> Path:
+    path = tmp_path / "known_hosts"
+    path.write_text("".join(lines))
+    return path
+
+
+def test_a_node_with_a_known_host_key_yields_its_facts(sshd: Sshd, tmp_path: Path) -> None:
+    (attempt,) = gather([target(sshd)], known_hosts(tmp_path, sshd.known_hosts_line()))
+    assert attempt.error is None and attempt.output is not None
+    facts = facts_from_probe(attempt.output, NOW)
+    local = parse_meminfo(Path("/proc/meminfo").read_text())
+    assert facts.memory is not None and local is not None
+    assert facts.memory.total_mib == local.total_mib
+    assert facts.probe_version == "1"
+    assert facts.gpus == () and "no NVIDIA device on the PCI bus" in facts.notes
+
+
+def test_an_unknown_host_key_is_refused_with_its_fingerprint(sshd: Sshd, tmp_path: Path) -> None:
+    (attempt,) = gather([target(sshd)], known_hosts(tmp_path))
+    assert attempt.output is None and attempt.error is not None
+    assert attempt.error.startswith(
+        f"host key not in {tmp_path / 'known_hosts'}: the node offered SHA256:"
+    )
+    assert not (tmp_path / "known_hosts").read_text()  # nothing was added
+
+
+def test_a_changed_host_key_is_refused_naming_both_fingerprints(sshd: Sshd, tmp_path: Path) -> None:
+    other = keygen(tmp_path / "other")
+    kind, blob = other.split()[:2]
+    path = known_hosts(tmp_path, f"[{sshd.address}]:{sshd.port} {kind} {blob}\n")
+    (attempt,) = gather([target(sshd)], path)
+    assert attempt.error is not None
+    assert attempt.error.startswith("host key mismatch: known_hosts")
+    assert attempt.error.count("SHA256:") == 2 and attempt.error.endswith("; refused")
+
+
+def test_a_key_the_node_does_not_accept_is_an_authentication_failure(
+    sshd: Sshd, tmp_path: Path
+) -> None:
+    stranger = tmp_path / "stranger"
+    keygen(stranger)
+    (attempt,) = gather(
+        [target(sshd, key=stranger)], known_hosts(tmp_path, sshd.known_hosts_line())
+    )
+    assert attempt.error == "authentication failed for user root"
+
+
+def test_a_node_that_never_answers_costs_only_its_timeout(sshd: Sshd, tmp_path: Path) -> None:
+    with silent_listener() as port:
+        hung = Target("hung", "127.0.0.1", port, "root", str(sshd.client_key))
+        started = time.monotonic()
+        good, bad = gather(
+            [target(sshd), hung], known_hosts(tmp_path, sshd.known_hosts_line()), connect_timeout=1
+        )
+        elapsed = time.monotonic() - started
+    assert good.error is None
+    assert bad.error == "no SSH answer within 1 s"
+    assert elapsed < 5
+
+
+def test_a_probe_that_hangs_is_cut_off_at_the_command_timeout(tmp_path: Path) -> None:
+    with running_sshd(tmp_path / "slow", force_command="sleep 30") as slow:
+        started = time.monotonic()
+        (attempt,) = gather(
+            [target(slow)], known_hosts(tmp_path, slow.known_hosts_line()), command_timeout=1
+        )
+        assert time.monotonic() - started < 5
+    assert attempt.error == "timed out running the probe"
+
+
+def test_a_closed_port_is_connection_refused(sshd: Sshd, tmp_path: Path) -> None:
+    with silent_listener() as port:
+        pass  # closed again: nothing listens there now
+    closed = Target("gone", "127.0.0.1", port, "root", str(sshd.client_key))
+    (attempt,) = gather([closed], known_hosts(tmp_path, sshd.known_hosts_line()))
+    assert attempt.error == f"connection refused on port {port}"
+
+
+def write_inventory(tmp_path: Path, server: Sshd, cordoned: bool = False) -> Path:
+    directory = tmp_path / "inventory"
+    directory.mkdir(exist_ok=True)
+    cordon = '\n      cordoned: "disk replacement"' if cordoned else ""
+    (directory / "hosts.yml").write_text(
+        f"""all:
+  hosts:
+    local:
+      ansible_host: {server.address}
+      ansible_port: {server.port}
+      ansible_user: root
+      ansible_ssh_private_key_file: {server.client_key}
+      labels: {{role: test}}{cordon}
+"""
+    )
+    (directory / ".known_hosts").write_text(server.known_hosts_line())
+    return directory
+
+
+def test_an_unreached_node_keeps_its_last_facts_and_turns_lost_only_much_later(
+    tmp_path: Path,
+) -> None:
+    options = GatherOptions(state_dir=tmp_path / "state", connect_timeout=2)
+    with running_sshd(tmp_path / "sshd") as server:
+        inventory_dir = write_inventory(tmp_path, server)
+        inventory = load_inventory(inventory_dir)
+        first = gather_fleet(inventory, inventory_dir, options, now=NOW)
+    assert first.unreached == {}
+    memory = first.facts["local"].memory
+    # The server is gone now: a blip five minutes later, then a long silence.
+    blip = gather_fleet(inventory, inventory_dir, options, now=NOW + timedelta(minutes=5))
+    assert set(blip.unreached) == {"local"}
+    node = blip.snapshot.node("local")
+    assert node.reachability is Reachability.UNREACHABLE
+    assert blip.facts["local"].memory == memory  # last known facts kept
+    assert blip.facts["local"].last_reached == NOW
+    later = gather_fleet(inventory, inventory_dir, options, now=NOW + timedelta(hours=2))
+    assert later.snapshot.node("local").reachability is Reachability.LOST
+
+
+def test_gathering_never_clears_a_cordon(tmp_path: Path) -> None:
+    options = GatherOptions(state_dir=tmp_path / "state")
+    with running_sshd(tmp_path / "sshd") as server:
+        inventory_dir = write_inventory(tmp_path, server, cordoned=True)
+        before = (inventory_dir / "hosts.yml").read_text()
+        fleet = gather_fleet(load_inventory(inventory_dir), inventory_dir, options, now=NOW)
+    assert fleet.snapshot.node("local").cordon == "disk replacement"
+    assert (inventory_dir / "hosts.yml").read_text() == before
+
+
+def run_ctl(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "COLUMNS": "100"}
+    return subprocess.run(
+        [sys.executable, "-m", "cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=60,
+    )
+
+
+def test_ctl_nodes_gathers_live_and_shows_memory(sshd: Sshd, tmp_path: Path) -> None:
+    inventory = write_inventory(tmp_path, sshd)
+    result = run_ctl(tmp_path, "nodes", "--inventory", str(inventory))
+    assert result.returncode == 0, result.stderr
+    header, row = result.stdout.splitlines()[:2]
+    assert header.split()[:4] == ["NAME", "STATUS", "GPUS", "MEM"]
+    local = parse_meminfo(Path("/proc/meminfo").read_text())
+    assert local is not None
+    memory = row.split()[3]
+    assert abs(float(memory) - local.total_mib / 1024) < 1, row
+
+
+def test_ctl_facts_saves_a_snapshot_that_ctl_nodes_reads(sshd: Sshd, tmp_path: Path) -> None:
+    inventory = write_inventory(tmp_path, sshd, cordoned=True)
+    saved = tmp_path / "snapshot"
+    result = run_ctl(tmp_path, "facts", "--inventory", str(inventory), "--save", str(saved))
+    assert result.returncode == 0, result.stderr
+    assert "saved 1 nodes to" in result.stdout
+    data = json.loads((saved / "local.json").read_text())
+    assert data["host_vars"]["cordoned"] == "disk replacement"
+    shown = run_ctl(tmp_path, "nodes", "--inventory", str(inventory), "--facts", str(saved))
+    assert re.search(r"^local +Cordoned ", shown.stdout, flags=re.MULTILINE), shown.stdout
+
+
+def test_an_unreached_node_is_named_with_why_and_the_exit_code_says_partial(
+    sshd: Sshd, tmp_path: Path
+) -> None:
+    inventory = write_inventory(tmp_path, sshd)
+    (inventory / ".known_hosts").write_text("")
+    result = run_ctl(tmp_path, "--timeout", "2", "nodes", "--inventory", str(inventory))
+    assert result.returncode == 1
+    assert re.search(
+        rf"unreachable: local: host key not in {re.escape(str(inventory))}/\.known_hosts: "
+        r"the node offered SHA256:\S+; check it and add it",
+        " ".join(result.stderr.split()),
+    ), result.stderr
+    assert re.search(r"^local +Unreachable ", result.stdout, flags=re.MULTILINE)
