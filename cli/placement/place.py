@@ -7,9 +7,11 @@ name, so the answer does not depend on how the inventory lists its hosts.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 
 from cli.catalog.load import Catalog, CatalogModel, CatalogProfile
 from cli.cluster.snapshot import NodeView, Reachability, Snapshot
@@ -48,10 +50,21 @@ class ProfileAttempt:
     profile: CatalogProfile
     fits: bool
     nodes_considered: int
-    rejections: tuple[Rejection, ...]
+    # Per node (name order) its Rejection, or its free GPUs when it passed: kept whole and
+    # turned into `rejections` only when someone asks, since most never are.
+    checks: tuple[Rejection | int, ...]
+    fabric_rejections: tuple[Rejection, ...] = ()
     fabric_shortfalls: tuple[FabricShortfall, ...] = ()
     # Nodes that passed the memory constraint only because they did not report memory.
     memory_unknown: tuple[str, ...] = ()
+
+    @cached_property
+    def rejections(self) -> tuple[Rejection, ...]:
+        """Every node this profile was refused on, in node-name order."""
+        found = [check for check in self.checks if isinstance(check, Rejection)]
+        if self.fabric_rejections:
+            found = sorted([*found, *self.fabric_rejections], key=lambda r: r.node)
+        return tuple(found)
 
 
 @dataclass(frozen=True)
@@ -92,7 +105,7 @@ class _Holdings:
 
     gpus: dict[int, str] = field(default_factory=dict)  # GPU index → replica
     memory_gib: float = 0.0
-    models: set[str] = field(default_factory=set)
+    replicas: dict[str, set[str]] = field(default_factory=dict)  # model → its replicas here
 
 
 NO_RELAX = Relax()
@@ -110,7 +123,8 @@ class PlacementState:
             holdings = _Holdings()
             if not relax.capacity:
                 holdings.memory_gib = node.memory_reserved_gib
-                holdings.models = {shard.model for shard in node.shards}
+                for shard in node.shards:
+                    holdings.replicas.setdefault(shard.model, set()).add(shard.replica)
                 for gpu in node.gpus or ():
                     if gpu.held_by is not None:
                         holdings.gpus[gpu.index] = gpu.held_by
@@ -120,7 +134,11 @@ class PlacementState:
         # keeps its per-node results and how far into the log it has caught up.
         self._position = {node.name: i for i, node in enumerate(self.nodes)}
         self._changed: list[int] = []
-        self._results: dict[str, tuple[list[Rejection | int], int]] = {}
+        self._results: dict[str, tuple[list[Rejection | int], dict[int, _Candidate], int]] = {}
+        self._placed: dict[str, dict[str, int]] = {}  # model → node → replicas there
+        for node in self.nodes:
+            for model, replicas in self._holdings[node.name].replicas.items():
+                self._placed.setdefault(model, {})[node.name] = len(replicas)
         # Per node and class: the healthy GPU indices, sorted; computed once per run.
         self._healthy: dict[tuple[str, str], tuple[int, ...]] = {}
 
@@ -169,9 +187,6 @@ class PlacementState:
     def reserved_gib(self, node: NodeView) -> float:
         return self._holdings[node.name].memory_gib
 
-    def runs(self, node: NodeView, model: str) -> bool:
-        return model in self._holdings[node.name].models
-
     def hold(self, replica: str, profile: CatalogProfile, shards: Iterable[ShardPlacement]) -> None:
         for shard in shards:
             holdings = self._holdings[shard.node]
@@ -180,26 +195,46 @@ class PlacementState:
                     raise AssertionError(f"GPU {index} of {shard.node} handed out twice")
                 holdings.gpus[index] = replica
             holdings.memory_gib += profile.spec.min_memory_gb or 0.0
-            holdings.models.add(profile.model)
+            mine = holdings.replicas.setdefault(profile.model, set())
+            if replica not in mine:
+                mine.add(replica)
+                counts = self._placed.setdefault(profile.model, {})
+                counts[shard.node] = counts.get(shard.node, 0) + 1
             self._changed.append(self._position[shard.node])
 
-    def capacity_results(self, profile: CatalogProfile) -> list[Rejection | int]:
-        """Per node (snapshot order) `_capacity_check`, redone only where hold() changed."""
+    def capacity_results(
+        self, profile: CatalogProfile
+    ) -> tuple[list[Rejection | int], dict[int, _Candidate]]:
+        """Per node (snapshot order) `_capacity_check`, and the nodes that passed; redone
+        only where hold() changed something since this profile last asked."""
         entry = self._results.get(profile.key)
+        static = self.static_rejections(profile)
         if entry is None:
-            static = self.static_rejections(profile)
-            results = [
+            results: list[Rejection | int] = [
                 _capacity_check(profile, node, rejection, self)
                 for node, rejection in zip(self.nodes, static, strict=True)
             ]
+            candidates = {
+                position: _Candidate(self.nodes[position], found)
+                for position, found in enumerate(results)
+                if not isinstance(found, Rejection)
+            }
         else:
-            results, seen = entry
-            static = self.static_rejections(profile)
+            results, candidates, seen = entry
             for position in set(self._changed[seen:]):
                 node = self.nodes[position]
-                results[position] = _capacity_check(profile, node, static[position], self)
-        self._results[profile.key] = (results, len(self._changed))
-        return results
+                found = _capacity_check(profile, node, static[position], self)
+                results[position] = found
+                if isinstance(found, Rejection):
+                    candidates.pop(position, None)
+                else:
+                    candidates[position] = _Candidate(node, found)
+        self._results[profile.key] = (results, candidates, len(self._changed))
+        return results, candidates
+
+    def replica_counts(self, model: str) -> dict[str, int]:
+        """Node → replicas of `model` on it."""
+        return self._placed.setdefault(model, {})
 
 
 # ---------------------------------------------------------------------------------------
@@ -209,45 +244,37 @@ class PlacementState:
 class _Candidate:
     node: NodeView
     free: int  # free GPUs of the class (0 for CPU profiles)
-    choice: GpuChoice | None
 
 
 def try_profile(
-    profile: CatalogProfile, state: PlacementState
+    profile: CatalogProfile, state: PlacementState, spread: int = 1
 ) -> tuple[tuple[ShardPlacement, ...] | None, ProfileAttempt]:
     """Place one replica as `profile`, or say for every node why not."""
     spec = profile.spec
-    results = state.capacity_results(profile)
-    rejections = [found for found in results if isinstance(found, Rejection)]
-    candidates = [
-        _Candidate(node, found, None)
-        for node, found in zip(state.nodes, results, strict=True)
-        if not isinstance(found, Rejection)
-    ]
-    memory_unknown: list[str] = []
+    results, passed = state.capacity_results(profile)
+    checks = tuple(results)
+    candidates = list(passed.values())
+    memory_unknown: tuple[str, ...] = ()
     if spec.min_memory_gb is not None:
-        memory_unknown = [c.node.name for c in candidates if c.node.memory_total_gib is None]
+        memory_unknown = tuple(
+            sorted(c.node.name for c in candidates if c.node.memory_total_gib is None)
+        )
+    considered = len(state.nodes)
     if spec.nodes == 1:
-        shards = _place_single(profile, candidates, state)
+        shards = _place_single(profile, candidates, state, spread)
         attempt = ProfileAttempt(
-            profile,
-            shards is not None,
-            len(state.nodes),
-            tuple(rejections),
-            (),
-            tuple(memory_unknown),
+            profile, shards is not None, considered, checks, memory_unknown=memory_unknown
         )
         return shards, attempt
     shards, fabric_rejections, shortfalls = _place_multi(profile, candidates, state)
-    rejections += fabric_rejections
-    rejections.sort(key=lambda r: r.node)
     attempt = ProfileAttempt(
         profile,
         shards is not None,
-        len(state.nodes),
-        tuple(rejections),
+        considered,
+        checks,
+        tuple(fabric_rejections),
         tuple(shortfalls) if shards is None else (),
-        tuple(memory_unknown),
+        memory_unknown,
     )
     return shards, attempt
 
@@ -294,18 +321,26 @@ def _choose(profile: CatalogProfile, node: NodeView, state: PlacementState) -> G
     return choice
 
 
+def spread_limit(model: CatalogModel) -> int:
+    """Replicas of one model a node may hold before others are preferred: a quarter of the
+    most the model may run, at least one. A node failing then takes at most a quarter of
+    a model's replicas, and a model of hundreds does not break whole nodes to stay apart."""
+    return max(1, math.ceil(model.replicas_max / 4))
+
+
 def _place_single(
-    profile: CatalogProfile, candidates: list[_Candidate], state: PlacementState
+    profile: CatalogProfile, candidates: list[_Candidate], state: PlacementState, spread: int
 ) -> tuple[ShardPlacement, ...] | None:
     """Best fit: the partly used node the replica fills most, so whole nodes stay whole.
 
-    Before that, a node that does not run this model yet (one node failing should not take
-    every replica of a model), and for a tensor-parallel group, one NVLink domain.
+    Before that, a node holding fewer than `spread` replicas of this model (one node
+    failing should not take every replica of a model), and for a tensor-parallel group,
+    one NVLink domain.
     """
     if not candidates:
         return None
     spec = profile.spec
-    model = profile.model
+    counts = state.replica_counts(profile.model)
     if not spec.uses_gpus:
         need = spec.min_memory_gb or 0.0
 
@@ -313,20 +348,26 @@ def _place_single(
             total = c.node.memory_total_gib
             left = 0.0 if total is None else total - state.reserved_gib(c.node) - need
             # GPU nodes last: a CPU model there holds RAM a GPU replica will need.
-            return (bool(c.node.gpus), state.runs(c.node, model), total is None, left, c.node.name)
+            crowded = counts.get(c.node.name, 0) >= spread
+            return (bool(c.node.gpus), crowded, total is None, left, c.node.name)
 
         best = min(candidates, key=cpu_key)
         return (ShardPlacement(best.node.name, 0, (), (), None, ""),)
 
-    def key(c: _Candidate) -> tuple[bool, int, str]:
-        return (state.runs(c.node, model), c.free, c.node.name)
+    def key(c: _Candidate) -> tuple[bool, int, int, str]:
+        here = counts.get(c.node.name, 0)
+        return (here >= spread, c.free, here, c.node.name)
 
     # The best by key usually keeps its group in one NVLink domain: try it before sorting.
     first = min(candidates, key=key)
     choice = _choose(profile, first.node, state)
     chosen: tuple[_Candidate, GpuChoice] = (first, choice)
     if choice.quality != 0:
+        group = spec.nvlink_group
         for candidate in sorted(candidates, key=key):
+            domains = candidate.node.nvlink_domains
+            if domains is not None and max(map(len, domains), default=0) < group:
+                continue  # no domain here can hold the group: no better than `chosen`
             choice = _choose(profile, candidate.node, state)
             if choice.quality < chosen[1].quality:
                 chosen = (candidate, choice)
@@ -456,7 +497,7 @@ def place_replica(
     """
     attempts: list[ProfileAttempt] = []
     for profile in model.profiles:
-        shards, attempt = try_profile(profile, state)
+        shards, attempt = try_profile(profile, state, spread_limit(model))
         attempts.append(attempt)
         if shards is not None:
             state.hold(replica, profile, shards)

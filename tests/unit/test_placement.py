@@ -426,3 +426,22 @@ def test_gpu_memory_used_by_an_invisible_process_makes_the_gpu_unusable() -> Non
     view = build_snapshot([host(node)], {"hgx-1": busy}, NOW, gpu_class).nodes[0]
     assert view.gpus is not None
     assert view.gpus[0].unusable == "30000 MiB used by a process the probe cannot see"
+
+
+def test_a_model_of_many_replicas_puts_at_most_a_quarter_on_a_node_while_others_have_room() -> None:
+    models = catalog(
+        """\
+        models:
+          m:
+            source: hf://org/m
+            replicas: {min: 8}
+            profiles:
+              - {name: x1, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 1}
+        """
+    )
+    run = place(models, snapshot(hgx("hgx-1"), hgx("hgx-2"), hgx("hgx-3"), hgx("hgx-4")))
+    nodes = [p.shards[0].node for p in run.placements]
+    assert sorted(nodes) == ["hgx-1"] * 2 + ["hgx-2"] * 2 + ["hgx-3"] * 2 + ["hgx-4"] * 2
+    # Once every node holds its quarter, best fit packs instead of spreading further.
+    run = place(models, snapshot(hgx("hgx-1"), hgx("hgx-2")))
+    assert [p.shards[0].node for p in run.placements].count("hgx-1") == 6
