@@ -66,17 +66,29 @@ class HcaPort(Strict):
 
 
 class ShardRecord(Strict):
-    """What a node says about one shard of ours running on it (written when the shard starts)."""
+    """What a node says about one shard of ours running on it.
+
+    Written by the start playbook beside the shard's systemd unit, and read back by the
+    probe with the unit's state, so `ctl` needs no database: the nodes are the record.
+    """
 
     replica: str
     model: str
     profile: str
     rank: int = Field(ge=0)
+    nodes: int = Field(default=1, ge=1)  # ranks in the replica
     gpus: tuple[int, ...] = ()
+    hcas: tuple[str, ...] = ()
     port: int | None = None
     engine: str
     started: datetime | None = None
     memory_gib: float | None = None  # the profile's min_memory_gb, reserved on the node
+    unit: str | None = None  # its systemd unit
+    # Who asked for it: `reconcile` keeps replicas.min; a replica started by `ctl place`
+    # is kept while the model stays within replicas.max.
+    origin: Literal["reconcile", "manual"] = "reconcile"
+    # From the unit at probe time: active → running, activating → starting, anything
+    # else while the record exists → failed (the process is gone).
     state: Literal["running", "starting", "failed", "stopped"] = "running"
 
 

@@ -567,12 +567,25 @@ def _first_error(error: ValidationError) -> str:
     return f"{location}: {detail['msg']}" if location else str(detail["msg"])
 
 
+# `systemctl is-active` words → the shard's state while its record exists.
+UNIT_STATES: Final[dict[str, str]] = {
+    "active": "running",
+    "reloading": "running",
+    "activating": "starting",
+    "deactivating": "failed",
+    "inactive": "failed",
+    "failed": "failed",
+}
+
+
 def parse_shard_records(text: str) -> tuple[ShardRecord, ...]:
-    """One JSON object per line, each a ShardRecord; blank lines are skipped."""
+    """One shard a line: its JSON record, then optionally a tab and its unit's
+    `systemctl is-active` word; blank lines are skipped."""
     records: list[ShardRecord] = []
     for line in _lines(text):
+        body, _, unit_state = line.text.partition("\t")
         try:
-            data = json.loads(line.text)
+            data = json.loads(body)
         except json.JSONDecodeError as error:
             raise FactsParseError(
                 SECTION_SHARDS, line.number, f"not JSON: {error.msg} at column {error.colno}"
@@ -581,6 +594,15 @@ def parse_shard_records(text: str) -> tuple[ShardRecord, ...]:
             raise FactsParseError(
                 SECTION_SHARDS, line.number, f"expected a JSON object, got {type(data).__name__}"
             )
+        unit_state = unit_state.strip()
+        # "unknown": no systemctl on the node; "offline": no systemd running. The record
+        # alone has to do then.
+        if unit_state and unit_state not in ("unknown", "offline"):
+            if unit_state not in UNIT_STATES:
+                raise FactsParseError(
+                    SECTION_SHARDS, line.number, f"unknown unit state {_quote(unit_state)}"
+                )
+            data["state"] = UNIT_STATES[unit_state]
         try:
             records.append(ShardRecord.model_validate(data))
         except ValidationError as error:

@@ -75,10 +75,18 @@ else
 fi
 
 begin shards
+# One line a shard: its record, a tab, and its unit's state (systemctl is-active), which
+# says whether the process the record describes still runs.
 if [ -d "$SHARD_DIR" ]; then
   for record in "$SHARD_DIR"/*.json; do
     [ -r "$record" ] || continue
+    name=${record##*/}
+    name=${name%.json}
     tr -d '\n' < "$record"
+    if command -v systemctl >/dev/null 2>&1; then
+      state=$(systemctl is-active "modelfleet-$name.service" 2>/dev/null)
+      printf '\t%s' "${state:-unknown}"
+    fi
     printf '\n'
   done
 fi

@@ -148,3 +148,25 @@ def test_bad_output_from_a_reached_node_counts_as_unreached() -> None:
     facts = facts_from_attempt("garbage", None, None, NOW)
     assert facts.error is not None and facts.error.startswith("unusable probe output: ")
     assert facts.last_reached is None
+
+
+RECORD = (
+    '{"replica": "m-1", "model": "m", "profile": "p", "rank": 0, "gpus": [0], "engine": "vllm",'
+    ' "unit": "modelfleet-m-1-rank0.service"}'
+)
+
+
+@pytest.mark.parametrize(
+    ("unit_state", "expected"),
+    [
+        ("active", "running"),
+        ("activating", "starting"),
+        ("failed", "failed"),
+        ("inactive", "failed"),
+        ("unknown", "running"),  # no systemctl: the record's own word stands
+    ],
+)
+def test_a_shards_state_comes_from_its_unit(unit_state: str, expected: str) -> None:
+    output = probe_output(shards=section("shards", f"{RECORD}\t{unit_state}\n"))
+    (shard,) = facts_from_probe(output, NOW).shards
+    assert (shard.replica, shard.state) == ("m-1", expected)
