@@ -11,14 +11,13 @@ import base64
 import hashlib
 import socket
 import time
-from importlib import resources
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 import paramiko
-
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_COMMAND_TIMEOUT = 30.0
