@@ -17,6 +17,10 @@ from cli.errors import InputError, InputProblem, near_miss
 from cli.schemaerrors import problems_from_validation
 from cli.yamlsource import YamlDocument, parse_yaml
 
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# Set per shard from where it was placed; a catalog value would send it to other GPUs.
+RESERVED_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NCCL_IB_HCA"})
+
 
 @dataclass(frozen=True)
 class CatalogProfile:
@@ -155,6 +159,15 @@ def _check_profile(
         return document.problem((*at, key), message)
 
     problems: list[InputProblem] = []
+    for key in profile.env:
+        if not re.match(ENV_NAME, key):
+            problems.append(document.problem((*at, "env", key), "not an environment name"))
+        elif key in RESERVED_ENV:
+            problems.append(
+                document.problem(
+                    (*at, "env", key), f"{key} is set by ctl from the placement; remove it"
+                )
+            )
     if not profile.uses_gpus:
         if profile.gpu_class is not None:
             problems.append(

@@ -47,6 +47,9 @@ class Profile(Strict):
     tensor_parallel: int | None = Field(default=None, ge=1)
     pipeline_parallel: int = Field(default=1, ge=1)
     min_memory_gb: float | None = Field(default=None, gt=0)
+    context_length: int | None = Field(default=None, ge=1)  # tokens; each engine's own flag
+    threads: int | None = Field(default=None, ge=1)  # llama.cpp CPU threads
+    drain_seconds: int = Field(default=30, ge=0)  # time in-flight requests get on a stop
     # Compared as text, the way inventory labels are read (`gpus: 8` is "8").
     node_selector: dict[Label, Label] = Field(default_factory=dict)
     args: tuple[str, ...] = ()

@@ -236,3 +236,14 @@ def test_a_node_selector_compares_numbers_and_booleans_as_label_text() -> None:
     )
     selector = load(text).models["qwen"].profiles[1].spec.node_selector
     assert selector == {"gpus": "8", "fast": "true"}
+
+
+def test_an_env_that_would_repin_gpus_is_refused() -> None:
+    text = BASE.replace(
+        "        min_memory_gb: 24\n",
+        "        min_memory_gb: 24\n        env: {CUDA_VISIBLE_DEVICES: '0'}\n",
+    )
+    assert errors_of(text) == [
+        "catalog.yaml:17: models.qwen.profiles[1].env.CUDA_VISIBLE_DEVICES: CUDA_VISIBLE_DEVICES"
+        " is set by ctl from the placement; remove it"
+    ]

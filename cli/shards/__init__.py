@@ -1,0 +1,1 @@
+"""Shards on nodes: what runs where, as systemd units, env files and records."""

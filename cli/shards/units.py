@@ -1,0 +1,140 @@
+"""A shard on a node as files: its systemd unit, its environment file and its record. Pure.
+
+The playbooks only copy these texts into place and start or stop the unit, so what runs
+is decided and tested here. Values from the catalog reach systemd quoted, argument by
+argument; no shell ever sees them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+from cli.catalog.load import CatalogProfile
+from cli.shards.engines import Rank, command_line, environment
+
+UNIT_DIR = "/etc/systemd/system"
+ENV_DIR = "/etc/modelfleet/shards"
+RECORD_DIR = "/var/lib/modelfleet/shards"
+# systemd waits this long past the engine's own drain before SIGKILL.
+STOP_MARGIN_SECONDS = 30
+
+
+def shard_name(replica: str, rank: int) -> str:
+    return f"{replica}-rank{rank}"
+
+
+def unit_name(replica: str, rank: int) -> str:
+    return f"modelfleet-{shard_name(replica, rank)}.service"
+
+
+def systemd_quote(argument: str) -> str:
+    """One ExecStart argument: quoted, with systemd's specifiers and variables escaped."""
+    escaped = (
+        argument.replace("\\", "\\\\")
+        .replace('"', '\\"')
+        .replace("\n", "\\n")
+        .replace("%", "%%")
+        .replace("$", "$$")
+    )
+    return f'"{escaped}"'
+
+
+def environment_file(env: dict[str, str]) -> str:
+    """systemd EnvironmentFile lines, values double-quoted."""
+    lines = []
+    for key, value in sorted(env.items()):
+        quoted = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        lines.append(f'{key}="{quoted}"')
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class ShardFiles:
+    """Everything a node needs to run one shard, and where it goes."""
+
+    node: str
+    replica: str
+    model: str
+    rank: int
+    port: int
+    unit: str
+    unit_path: str
+    unit_text: str
+    env_path: str
+    env_text: str
+    record_path: str
+    record_text: str
+    health_url: str | None  # rank 0 only: where it says it is ready
+
+
+def shard_files(
+    node: str,
+    address: str,
+    replica: str,
+    profile: CatalogProfile,
+    place: Rank,
+    started: datetime,
+    origin: str = "reconcile",
+    command: tuple[str, ...] | None = None,
+) -> ShardFiles:
+    name = shard_name(replica, place.rank)
+    unit = unit_name(replica, place.rank)
+    argv = command_line(profile, place, command)
+    spec = profile.spec
+    env_path = f"{ENV_DIR}/{name}.env"
+    unit_text = "\n".join(
+        [
+            "# Written by modelfleet's ctl; the next reconcile replaces or removes it.",
+            "[Unit]",
+            f"Description=modelfleet {replica} rank {place.rank}/{place.nodes}"
+            f" ({profile.model}, {profile.name}, {spec.engine})",
+            "After=network-online.target",
+            "Wants=network-online.target",
+            "",
+            "[Service]",
+            "Type=exec",
+            f"EnvironmentFile={env_path}",
+            "ExecStart=" + " ".join(systemd_quote(a) for a in argv),
+            # A replica fails whole: ctl rebuilds it, systemd must not restart one rank.
+            "Restart=no",
+            "KillSignal=SIGTERM",
+            "KillMode=mixed",
+            f"TimeoutStopSec={spec.drain_seconds + STOP_MARGIN_SECONDS}",
+            "",
+            "[Install]",
+            "WantedBy=multi-user.target",
+            "",
+        ]
+    )
+    record = {
+        "replica": replica,
+        "model": profile.model,
+        "profile": profile.name,
+        "rank": place.rank,
+        "nodes": place.nodes,
+        "gpus": list(place.gpus),
+        "hcas": list(place.hcas),
+        "port": place.port,
+        "engine": spec.engine,
+        "started": started.isoformat(),
+        "memory_gib": spec.min_memory_gb,
+        "unit": unit,
+        "origin": origin,
+    }
+    return ShardFiles(
+        node=node,
+        replica=replica,
+        model=profile.model,
+        rank=place.rank,
+        port=place.port,
+        unit=unit,
+        unit_path=f"{UNIT_DIR}/{unit}",
+        unit_text=unit_text,
+        env_path=env_path,
+        env_text=environment_file(environment(profile, place)),
+        record_path=f"{RECORD_DIR}/{name}.json",
+        record_text=json.dumps(record, sort_keys=True) + "\n",
+        health_url=f"http://{address}:{place.port}" if place.rank == 0 else None,
+    )
