@@ -54,17 +54,34 @@ def singletons(count: int) -> list[list[int]]:
 
 
 def shard(
-    replica: str, model: str, gpus: Iterable[int], rank: int = 0, memory_gib: float | None = None
+    replica: str,
+    model: str,
+    gpus: Iterable[int],
+    rank: int = 0,
+    memory_gib: float | None = None,
+    *,
+    profile: str = "p",
+    nodes: int = 1,
+    port: int = 8000,
+    state: str = "running",
+    origin: str = "reconcile",
+    started: datetime | None = None,
 ) -> ShardRecord:
-    return ShardRecord(
-        replica=replica,
-        model=model,
-        profile="p",
-        rank=rank,
-        gpus=tuple(gpus),
-        port=8000,
-        engine="vllm",
-        memory_gib=memory_gib,
+    return ShardRecord.model_validate(
+        {
+            "replica": replica,
+            "model": model,
+            "profile": profile,
+            "rank": rank,
+            "nodes": nodes,
+            "gpus": tuple(gpus),
+            "port": port,
+            "engine": "vllm",
+            "memory_gib": memory_gib,
+            "state": state,
+            "origin": origin,
+            "started": started,
+        }
     )
 
 

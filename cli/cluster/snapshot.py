@@ -7,8 +7,8 @@ operator's inventory. Nothing gathered can clear a cordon.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -125,7 +125,7 @@ def build_snapshot(
 
 
 def _replace_in_inventory(view: NodeView) -> NodeView:
-    return NodeView(**{**view.__dict__, "in_inventory": False})
+    return replace(view, in_inventory=False)
 
 
 def reachability(
@@ -233,3 +233,30 @@ def _fabric_views(host_vars: HostVars, facts: NodeFacts | None) -> tuple[FabricV
 def _port_state(hca: str, ports: Sequence[HcaPort]) -> str:
     states = sorted({p.state for p in ports if p.hca == hca})
     return "/".join(states) if states else "absent"
+
+
+def release(snapshot: Snapshot, replicas: Collection[str]) -> Snapshot:
+    """The snapshot as it will be once `replicas` are stopped: their GPUs and memory free."""
+    if not replicas:
+        return snapshot
+    gone = set(replicas)
+    nodes = []
+    for node in snapshot.nodes:
+        if not any(shard.replica in gone for shard in node.shards):
+            nodes.append(node)
+            continue
+        shards = tuple(s for s in node.shards if s.replica not in gone)
+        gpus = None
+        if node.gpus is not None:
+            gpus = tuple(
+                replace(gpu, held_by=None) if gpu.held_by in gone else gpu for gpu in node.gpus
+            )
+        nodes.append(
+            replace(
+                node,
+                shards=shards,
+                gpus=gpus,
+                memory_reserved_gib=sum(s.memory_gib or 0.0 for s in shards),
+            )
+        )
+    return replace(snapshot, nodes=tuple(nodes))

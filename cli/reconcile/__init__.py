@@ -1,0 +1,1 @@
+"""Reconcile: the catalog's desired replicas against the shards the nodes report."""

@@ -1,0 +1,388 @@
+"""Desired against actual → a Plan, in the spirit of Nomad's reconciler. Pure.
+
+The catalog says how many replicas each model wants; the shards the nodes report say what
+runs. Every replica lands in one bucket:
+
+- healthy or starting: counted, left alone;
+- on an Unreachable node: counted and left alone — a blip is not a loss;
+- on a Lost node: stopped where it still runs, and placed again elsewhere;
+- failed (a rank failed or missing): stopped whole, every rank, and rebuilt after the
+  model's backoff — the other ranks would hold their GPUs in a collective forever;
+- unwanted (no catalog model or profile wants it): drained and stopped;
+- surplus (more than the model wants): drained, lowest-priority profile first.
+
+Broken replicas are stopped first and free their GPUs for this plan's placements; drains
+come last, after the replacements are healthy, so capacity only shrinks once the new
+replicas serve. New replicas are placed one at a time on a state that holds the previous.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from enum import StrEnum
+
+from cli.catalog.load import Catalog, CatalogModel, CatalogProfile
+from cli.cluster.snapshot import NodeView, Reachability, Snapshot, release
+from cli.facts.model import ShardRecord
+from cli.placement.place import (
+    PlacementState,
+    ReplicaPlacement,
+    ShardPlacement,
+    new_replica_id,
+    place_replica,
+)
+from cli.reconcile.backoff import Backoff, after_failure
+from cli.shards.engines import RENDEZVOUS_OFFSET, Rank
+from cli.shards.units import ShardFiles, shard_files
+
+FIRST_PORT = 8000
+LAST_PORT = 8999
+
+
+class Condition(StrEnum):
+    HEALTHY = "healthy"
+    STARTING = "starting"
+    UNREACHABLE = "unreachable"
+    LOST = "lost"
+    FAILED = "failed"
+    UNWANTED = "unwanted"
+
+
+@dataclass(frozen=True)
+class RunningShard:
+    node: str
+    record: ShardRecord
+
+
+@dataclass(frozen=True)
+class Replica:
+    """A replica as the nodes report it: its shards, wherever they are."""
+
+    replica: str
+    model: str
+    profile: str
+    shards: tuple[RunningShard, ...]
+
+    @property
+    def nodes(self) -> int:
+        return max(s.record.nodes for s in self.shards)
+
+    @property
+    def origin(self) -> str:
+        return self.shards[0].record.origin
+
+    @property
+    def started(self) -> datetime | None:
+        times = [s.record.started for s in self.shards if s.record.started is not None]
+        return max(times) if times else None
+
+
+@dataclass(frozen=True)
+class Stop:
+    replica: str
+    model: str
+    shards: tuple[RunningShard, ...]  # the ones that can be reached and stopped
+    reason: str
+    drain: bool  # let in-flight requests finish: a healthy replica being retired
+
+
+@dataclass(frozen=True)
+class Start:
+    replica: str
+    model: str
+    profile: CatalogProfile
+    placement: ReplicaPlacement
+    files: tuple[ShardFiles, ...]  # rank order
+    reason: str
+
+    @property
+    def workers(self) -> tuple[ShardFiles, ...]:
+        return tuple(f for f in self.files if f.rank > 0)
+
+    @property
+    def leader(self) -> ShardFiles:
+        return self.files[0]
+
+
+@dataclass(frozen=True)
+class Wait:
+    model: str
+    until: datetime
+    failures: int
+
+
+@dataclass(frozen=True)
+class Leave:
+    replica: str
+    model: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    now: datetime
+    stops: tuple[Stop, ...] = ()  # broken replicas: stopped first, their GPUs reused
+    starts: tuple[Start, ...] = ()
+    drains: tuple[Stop, ...] = ()  # healthy replicas retired: after the starts
+    waits: tuple[Wait, ...] = ()
+    leaves: tuple[Leave, ...] = ()
+    unplaced: tuple[ReplicaPlacement, ...] = ()
+    ledger: Mapping[str, Backoff] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to change on any node."""
+        return not (self.stops or self.starts or self.drains)
+
+
+def replicas_of(snapshot: Snapshot) -> list[Replica]:
+    grouped: dict[str, list[RunningShard]] = {}
+    for node in snapshot.nodes:
+        for record in node.shards:
+            grouped.setdefault(record.replica, []).append(RunningShard(node.name, record))
+    replicas = []
+    for name, shards in sorted(grouped.items()):
+        shards.sort(key=lambda s: s.record.rank)
+        first = shards[0].record
+        replicas.append(Replica(name, first.model, first.profile, tuple(shards)))
+    return replicas
+
+
+def condition(
+    replica: Replica, catalog: Catalog, nodes: Mapping[str, NodeView]
+) -> tuple[Condition, str]:
+    """The replica's bucket and, for people, why."""
+    model = catalog.models.get(replica.model)
+    if model is None:
+        return Condition.UNWANTED, f"no catalog model {replica.model} wants it"
+    if replica.profile not in {p.name for p in model.profiles}:
+        return Condition.UNWANTED, f"profile {replica.profile} is no longer in the catalog"
+    for shard in replica.shards:
+        node = nodes[shard.node]
+        if node.reachability is Reachability.LOST:
+            return Condition.LOST, f"{shard.node} lost ({node.unreachable_reason})"
+    for shard in replica.shards:
+        node = nodes[shard.node]
+        if node.reachability is Reachability.UNREACHABLE:
+            return Condition.UNREACHABLE, f"{shard.node} unreachable; left alone"
+    ranks = {s.record.rank for s in replica.shards}
+    missing = sorted(set(range(replica.nodes)) - ranks)
+    if missing:
+        listed = ", ".join(str(r) for r in missing)
+        return Condition.FAILED, f"rank {listed} missing"
+    failed = [s for s in replica.shards if s.record.state in ("failed", "stopped")]
+    if failed:
+        where = ", ".join(f"rank {s.record.rank} on {s.node}" for s in failed)
+        return Condition.FAILED, f"{where} failed"
+    if any(s.record.state == "starting" for s in replica.shards):
+        return Condition.STARTING, "starting"
+    return Condition.HEALTHY, "healthy"
+
+
+def plan(
+    catalog: Catalog,
+    snapshot: Snapshot,
+    ledger: Mapping[str, Backoff],
+    addresses: Mapping[str, str],
+    rng: random.Random,
+    evict: frozenset[str] = frozenset(),
+) -> Plan:
+    """The changes that bring the fleet to the catalog, as of `snapshot.now`.
+
+    `addresses` maps node → the address other ranks and health checks use. `evict` names
+    nodes being drained: their replicas are replaced elsewhere, then drained.
+    """
+    now = snapshot.now
+    nodes = {node.name: node for node in snapshot.nodes}
+    new_ledger = dict(ledger)
+    stops: list[Stop] = []
+    drains: list[Stop] = []
+    leaves: list[Leave] = []
+    counted: dict[str, list[Replica]] = {name: [] for name in catalog.models}
+    notes: dict[str, list[str]] = {name: [] for name in catalog.models}
+    for replica in replicas_of(snapshot):
+        bucket, why = condition(replica, catalog, nodes)
+        reachable = tuple(
+            s for s in replica.shards if nodes[s.node].reachability is Reachability.READY
+        )
+        if bucket is Condition.UNWANTED:
+            drains.append(Stop(replica.replica, replica.model, reachable, why, drain=True))
+        elif bucket is Condition.LOST:
+            stops.append(Stop(replica.replica, replica.model, reachable, why, drain=False))
+            notes[replica.model].append(f"replaces {replica.replica} ({why})")
+        elif bucket is Condition.FAILED:
+            stops.append(Stop(replica.replica, replica.model, reachable, why, drain=False))
+            notes[replica.model].append(f"rebuilds {replica.replica} ({why})")
+            before = new_ledger.get(replica.model, Backoff())
+            new_ledger[replica.model] = after_failure(before, replica.replica, now, rng)
+        elif bucket is Condition.UNREACHABLE:
+            leaves.append(Leave(replica.replica, replica.model, why))
+            counted[replica.model].append(replica)
+        elif evict and {s.node for s in replica.shards} & evict:
+            drains.append(Stop(replica.replica, replica.model, reachable, "node drained", True))
+            notes[replica.model].append(f"moves {replica.replica} off a drained node")
+        else:
+            counted[replica.model].append(replica)
+    # Broken replicas free what they held for this plan's placements; drained ones do not
+    # until after the replacements serve.
+    state = PlacementState(release(snapshot, [s.replica for s in stops]))
+    taken = {r.replica for r in replicas_of(snapshot)}
+    ports = _PortBook(snapshot, {s.replica for s in stops})
+    starts: list[Start] = []
+    waits: list[Wait] = []
+    unplaced: list[ReplicaPlacement] = []
+    for name, model in catalog.models.items():
+        running = counted[name]
+        want = model.replicas_min
+        if len(running) > want:
+            left_alone = {leave.replica for leave in leaves}
+            reachable_running = [r for r in running if r.replica not in left_alone]
+            for replica, reason in _surplus(model, reachable_running, len(running)):
+                drains.append(Stop(replica.replica, name, replica.shards, reason, drain=True))
+            continue
+        missing = want - len(running)
+        backoff = new_ledger.get(name, Backoff())
+        if missing and backoff.waiting(now) and backoff.until is not None:
+            waits.append(Wait(name, backoff.until, backoff.failures))
+            continue
+        if (
+            not missing
+            and backoff.failures
+            and all(condition(r, catalog, nodes)[0] is Condition.HEALTHY for r in running)
+        ):
+            new_ledger.pop(name, None)  # serving as wanted again: forget the failures
+        for _ in range(missing):
+            replica_id = new_replica_id(name, taken, len(running) + 1)
+            taken.add(replica_id)
+            placement = place_replica(model, replica_id, state)
+            if placement.profile is None:
+                unplaced.append(placement)
+                break  # the next would be refused for the same reasons
+            reason = f"{len(running)} of {want} running"
+            if notes[name]:
+                reason += "; " + "; ".join(notes[name])
+            starts.append(_start(placement, placement.profile, addresses, ports, now, reason))
+    return Plan(
+        now=now,
+        stops=tuple(stops),
+        starts=tuple(starts),
+        drains=tuple(drains),
+        waits=tuple(waits),
+        leaves=tuple(leaves),
+        unplaced=tuple(unplaced),
+        ledger=new_ledger,
+    )
+
+
+def _surplus(
+    model: CatalogModel, candidates: Sequence[Replica], running: int
+) -> list[tuple[Replica, str]]:
+    """Which of `candidates` (reachable) to retire out of `running`: the lowest-priority
+    profile first, then the newest.
+
+    Replicas an operator started by hand are kept while the model stays within
+    replicas.max; reconcile's own are kept to replicas.min.
+    """
+    priority = {p.name: p.spec.priority for p in model.profiles}
+
+    def order(replica: Replica) -> tuple[bool, int, float, str]:
+        started = replica.started.timestamp() if replica.started else 0.0
+        return (replica.origin == "manual", priority.get(replica.profile, 0), -started,
+                replica.replica)  # fmt: skip
+
+    excess = running - model.replicas_min
+    chosen: list[tuple[Replica, str]] = []
+    remaining = running
+    for replica in sorted(candidates, key=order):
+        if len(chosen) == excess:
+            break
+        if replica.origin == "manual" and remaining <= model.replicas_max:
+            continue
+        chosen.append(
+            (replica, f"scale down: {running} running, replicas.min {model.replicas_min}")
+        )
+        remaining -= 1
+    return chosen
+
+
+class _PortBook:
+    """Ports in use per node, so shards on one node never collide."""
+
+    def __init__(self, snapshot: Snapshot, stopping: set[str]) -> None:
+        self.used: dict[str, set[int]] = {}
+        for node in snapshot.nodes:
+            self.used[node.name] = {
+                s.port for s in node.shards if s.port is not None and s.replica not in stopping
+            }
+
+    def take(self, nodes: Sequence[str]) -> int:
+        for port in range(FIRST_PORT, LAST_PORT + 1):
+            if all(
+                port not in self.used[n] and port + RENDEZVOUS_OFFSET not in self.used[n]
+                for n in nodes
+            ):
+                for n in nodes:
+                    self.used[n].add(port)
+                return port
+        raise RuntimeError(f"no free port in {FIRST_PORT}-{LAST_PORT} on {', '.join(nodes)}")
+
+
+def _start(
+    placement: ReplicaPlacement,
+    profile: CatalogProfile,
+    addresses: Mapping[str, str],
+    ports: _PortBook,
+    now: datetime,
+    reason: str,
+) -> Start:
+    shards: tuple[ShardPlacement, ...] = placement.shards
+    port = ports.take([s.node for s in shards])
+    master = addresses.get(shards[0].node, shards[0].node)
+    files = tuple(
+        shard_files(
+            s.node,
+            addresses.get(s.node, s.node),
+            placement.replica,
+            profile,
+            Rank(s.rank, len(shards), port, master, s.gpus, s.hcas),
+            now,
+        )
+        for s in shards
+    )
+    return Start(placement.replica, placement.model, profile, placement, files, reason)
+
+
+def applied(plan_: Plan, snapshot: Snapshot) -> Snapshot:
+    """The snapshot after `plan_` ran as intended: for tests and for `--watch` dry runs."""
+    gone = {s.replica for s in (*plan_.stops, *plan_.drains)}
+    after = release(snapshot, gone)
+    started: dict[str, list[ShardRecord]] = {}
+    for start in plan_.starts:
+        for files in start.files:
+            record = ShardRecord.model_validate_json(files.record_text)
+            started.setdefault(files.node, []).append(record)
+    nodes = []
+    for node in after.nodes:
+        new = started.get(node.name, [])
+        if not new:
+            nodes.append(node)
+            continue
+        held = {gpu: r.replica for r in new for gpu in r.gpus}
+        gpus = None
+        if node.gpus is not None:
+            gpus = tuple(
+                replace(g, held_by=held[g.index]) if g.index in held else g for g in node.gpus
+            )
+        shards = (*node.shards, *new)
+        nodes.append(
+            replace(
+                node,
+                shards=shards,
+                gpus=gpus,
+                memory_reserved_gib=sum(s.memory_gib or 0.0 for s in shards),
+            )
+        )
+    return replace(after, nodes=tuple(nodes))
