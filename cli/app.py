@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from cli.commands import catalog, facts, nodes, place
+from cli.commands import catalog, facts, nodes, place, reconcile
 from cli.commands.options import GatherOptions, parse_duration
 
 app = typer.Typer(
@@ -60,6 +60,7 @@ def settings(
 app.command("place")(place.place)
 app.command("nodes")(nodes.nodes)
 app.command("facts")(facts.facts)
+app.command("reconcile")(reconcile.reconcile)
 app.add_typer(catalog.app, name="catalog")
 
 

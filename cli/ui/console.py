@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn
@@ -47,6 +48,17 @@ def input_errors() -> Iterator[None]:
         for problem in error.problems:
             err.print(f"[bold red]error:[/] {rich_escape(str(problem))}", markup=True)
         raise SystemExit(EXIT_BAD_INPUT) from None
+
+
+def wrap(text: str, indent: str, width: int = 100) -> list[str]:
+    """Lines of at most `width` columns where words allow, continued under `indent`."""
+    return textwrap.wrap(text, width=width, subsequent_indent=indent, break_on_hyphens=False)
+
+
+def print_lines(lines: list[str]) -> None:
+    """Plain lines as they are: already wrapped, never cropped, no markup read."""
+    for line in lines:
+        out.print(rich_escape(line), overflow="ignore", crop=False)
 
 
 def rich_escape(text: str) -> str:

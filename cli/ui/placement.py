@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import textwrap
-
 from cli.placement.explain import VERDICT_TEXT, assumption_lines, refusal_lines, shard_text
 from cli.placement.place import PlacementRun, ReplicaPlacement
-from cli.ui.console import out, rich_escape
+from cli.ui.console import out, print_lines, wrap
 
 INDENT = 2
 PROFILE_COLUMN = 10
@@ -41,17 +39,11 @@ def render_placement(placement: ReplicaPlacement, column: int, width: int) -> li
             lines.append((head if index == 0 else " " * len(head)) + line)
     else:
         verdict = VERDICT_TEXT[placement.verdict]
-        lines += _wrap(f"{placement.replica:<{column}}NOT PLACED — {verdict}", " " * column, width)
+        lines += wrap(f"{placement.replica:<{column}}NOT PLACED — {verdict}", " " * column, width)
     for line in assumption_lines(placement) + refusal_lines(placement):
-        lines += _wrap(" " * INDENT + line, " " * (INDENT * 2), width)
+        lines += wrap(" " * INDENT + line, " " * (INDENT * 2), width)
     return lines
 
 
-def _wrap(text: str, indent: str, width: int) -> list[str]:
-    return textwrap.wrap(text, width=width, subsequent_indent=indent, break_on_hyphens=False)
-
-
 def print_run(run: PlacementRun) -> None:
-    width = min(out.width, 120)
-    for line in render_run(run, width):
-        out.print(rich_escape(line), overflow="ignore", crop=False)
+    print_lines(render_run(run, min(out.width, 120)))

@@ -1,0 +1,127 @@
+"""Apply a Plan through an Executor, phase by phase, so every replica ends whole or stopped.
+
+1. stop broken replicas (failed, lost, unwanted-and-broken): their GPUs are reused below;
+2. start every new replica's workers (rank > 0): ranks rendezvous, and rank 0 waits for
+   them (SGLang at --dist-init-addr, vLLM for its --headless ranks);
+3. start every rank 0 and wait for it to serve;
+4. drain the replicas being retired, now that their replacements serve;
+5. stop, whole, any new replica a rank of which did not come up.
+
+One executor call per phase for all the shards in it, not one per shard. An interrupt
+during a start phase stops every replica of the plan that was being started.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from cli.facts.model import ShardRecord
+from cli.reconcile.backoff import Backoff, after_failure
+from cli.reconcile.planner import Plan, RunningShard, Start, Stop
+from cli.shards.units import ShardFiles, unit_name
+
+
+class Executor(Protocol):
+    """What runs on the nodes: the playbooks, or a fake in tests."""
+
+    def start(self, shards: Sequence[ShardFiles]) -> dict[tuple[str, str], str]:
+        """Start these shards (rank 0s: and wait until they serve); failures by
+        (node, unit) → why."""
+        ...
+
+    def stop(self, stops: Sequence[Stop]) -> dict[tuple[str, str], str]:
+        """Stop these replicas' shards (draining where asked) and remove their files."""
+        ...
+
+
+@dataclass
+class Outcome:
+    started: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # replica → why it did not start
+    stopped: list[str] = field(default_factory=list)
+    stop_failures: dict[str, str] = field(default_factory=dict)
+    phases: list[str] = field(default_factory=list)  # what ran, in order
+    ledger: dict[str, Backoff] = field(default_factory=dict)
+
+    @property
+    def complete(self) -> bool:
+        return not self.failed and not self.stop_failures
+
+
+def apply(
+    plan: Plan,
+    executor: Executor,
+    now: datetime,
+    rng: random.Random,
+    report: Callable[[str], None] = lambda _: None,
+) -> Outcome:
+    outcome = Outcome(ledger=dict(plan.ledger))
+    if plan.stops:
+        _stop(plan.stops, executor, outcome, report, "stop broken replicas")
+    pending = list(plan.starts)
+    try:
+        workers = [w for start in pending for w in start.workers]
+        if workers:
+            report(f"starting {len(workers)} worker shard(s)")
+            outcome.phases.append("start workers")
+            _fail(pending, executor.start(workers), outcome)
+        leaders = [s.leader for s in pending if s.replica not in outcome.failed]
+        if leaders:
+            report(f"starting {len(leaders)} rank-0 shard(s) and waiting until they serve")
+            outcome.phases.append("start rank 0")
+            _fail(pending, executor.start(leaders), outcome)
+    except BaseException:
+        # Interrupted mid-start: no replica may be left half up.
+        _stop([_whole(s, "interrupted") for s in pending], executor, outcome, report,
+              "stop interrupted starts")  # fmt: skip
+        raise
+    outcome.started = [s.replica for s in pending if s.replica not in outcome.failed]
+    if plan.drains:
+        _stop(plan.drains, executor, outcome, report, "drain retired replicas")
+    broken = [s for s in pending if s.replica in outcome.failed]
+    if broken:
+        _stop([_whole(s, outcome.failed[s.replica]) for s in broken], executor, outcome,
+              report, "stop replicas that did not start")  # fmt: skip
+        for start in broken:
+            before = outcome.ledger.get(start.model, Backoff())
+            outcome.ledger[start.model] = after_failure(before, start.replica, now, rng)
+    return outcome
+
+
+def _fail(starts: Sequence[Start], failures: dict[tuple[str, str], str], outcome: Outcome) -> None:
+    for start in starts:
+        for files in start.files:
+            why = failures.get((files.node, files.unit))
+            if why is not None and start.replica not in outcome.failed:
+                outcome.failed[start.replica] = f"rank {files.rank} on {files.node}: {why}"
+
+
+def _whole(start: Start, reason: str) -> Stop:
+    """Every shard of a replica being started, as a stop: no rank is left running."""
+    shards = tuple(
+        RunningShard(f.node, ShardRecord.model_validate_json(f.record_text)) for f in start.files
+    )
+    return Stop(start.replica, start.model, shards, reason, drain=False)
+
+
+def _stop(
+    stops: Sequence[Stop],
+    executor: Executor,
+    outcome: Outcome,
+    report: Callable[[str], None],
+    phase: str,
+) -> None:
+    report(f"{phase}: {', '.join(s.replica for s in stops)}")
+    outcome.phases.append(phase)
+    failures = executor.stop(stops)
+    for stop in stops:
+        mine = {(s.node, unit_name(stop.replica, s.record.rank)) for s in stop.shards}
+        errors = [why for key, why in failures.items() if key in mine]
+        if errors:
+            outcome.stop_failures[stop.replica] = errors[0]
+        else:
+            outcome.stopped.append(stop.replica)

@@ -1,0 +1,139 @@
+"""Run the shard playbooks with ansible-playbook: one run per phase for every shard in it.
+
+Catalog values travel in the vars file marked `!unsafe`, so Ansible never templates
+them. The whole screen output goes to a log file in the state directory; ctl reads the
+results per shard from a small callback's JSON lines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+MAX_FORKS = 64
+
+
+@dataclass(frozen=True)
+class Event:
+    host: str
+    task: str
+    status: str  # ok, failed, unreachable, ignored
+    item: str | None
+    changed: bool
+    msg: str
+
+
+@dataclass(frozen=True)
+class PlaybookRun:
+    playbook: str
+    returncode: int
+    events: tuple[Event, ...]
+    log: Path
+    seconds: float
+
+    def failures(self) -> dict[tuple[str, str | None], str]:
+        """(host, item) → the first failure's task and message; item None: the whole host."""
+        found: dict[tuple[str, str | None], str] = {}
+        for event in self.events:
+            if event.status == "unreachable":
+                found.setdefault((event.host, None), f"unreachable: {event.msg}")
+            elif event.status == "failed":
+                found.setdefault((event.host, event.item), f"{event.task}: {event.msg}")
+        return found
+
+    @property
+    def changed(self) -> int:
+        return sum(1 for event in self.events if event.changed)
+
+
+class _Unsafe(str):
+    """A string Ansible must never template."""
+
+
+def _unsafe(dumper: yaml.SafeDumper, value: _Unsafe) -> yaml.ScalarNode:
+    return dumper.represent_scalar("!unsafe", str(value))
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_Dumper.add_representer(_Unsafe, _unsafe)
+
+
+def mark_unsafe(value: Any) -> Any:
+    if isinstance(value, str):
+        return _Unsafe(value)
+    if isinstance(value, Mapping):
+        return {key: mark_unsafe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [mark_unsafe(item) for item in value]
+    return value
+
+
+def playbook_path(name: str) -> Path:
+    return Path(str(resources.files("cli.playbooks").joinpath(name)))
+
+
+def run_playbook(
+    name: str,
+    inventory: Path,
+    variables: Mapping[str, Any],
+    hosts: Sequence[str],
+    log_dir: Path,
+    known_hosts: Path,
+) -> PlaybookRun:
+    """Run playbook `name` on `hosts` (limited), and return what happened, per event."""
+    started = time.monotonic()
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    run_dir = log_dir / f"{stamp}-{name.removesuffix('.yml')}"
+    run_dir.mkdir(parents=True, mode=0o700)
+    vars_file = run_dir / "vars.yml"
+    vars_file.write_text(yaml.dump(mark_unsafe(dict(variables)), Dumper=_Dumper), "utf-8")
+    events_file = run_dir / "events.jsonl"
+    log = run_dir / "ansible.log"
+    playbook = playbook_path(name)
+    env = {
+        **os.environ,
+        "ANSIBLE_CALLBACKS_ENABLED": "modelfleet_events",
+        "ANSIBLE_CALLBACK_PLUGINS": str(playbook.parent / "callback_plugins"),
+        "MODELFLEET_EVENTS": str(events_file),
+        "ANSIBLE_FORKS": str(max(1, min(MAX_FORKS, len(hosts)))),
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+        # The fleet's known_hosts, strictly; an inventory's ansible_ssh_common_args wins.
+        "ANSIBLE_SSH_COMMON_ARGS": f"-o UserKnownHostsFile={known_hosts}"
+        " -o StrictHostKeyChecking=yes",
+        "ANSIBLE_PIPELINING": "True",
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_HOME": str(log_dir.parent / "ansible"),
+    }
+    command = [
+        "ansible-playbook",
+        "-i", str(inventory),
+        str(playbook),
+        "-e", f"@{vars_file}",
+        "--limit", ",".join(hosts),
+    ]  # fmt: skip
+    with log.open("w", encoding="utf-8") as output:
+        output.write("$ " + " ".join(command) + "\n")
+        output.flush()
+        completed = subprocess.run(
+            command, stdout=output, stderr=subprocess.STDOUT, env=env, check=False
+        )
+    events = tuple(
+        Event(**json.loads(line))
+        for line in events_file.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ) if events_file.exists() else ()  # fmt: skip
+    return PlaybookRun(name, completed.returncode, events, log, time.monotonic() - started)

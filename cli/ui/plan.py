@@ -1,0 +1,55 @@
+"""A reconcile plan for people: what stops, what starts where, what waits and until when."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from cli.placement.explain import VERDICT_TEXT, refusal_lines, shard_text
+from cli.reconcile.planner import Plan, Stop
+from cli.ui.console import wrap
+
+
+def _when(moment: datetime, now: datetime) -> str:
+    seconds = max(0, int((moment - now).total_seconds()))
+    return f"{moment.strftime('%H:%M:%S %Z')} (in {seconds} s)"
+
+
+def _stop_lines(verb: str, stop: Stop, width: int) -> list[str]:
+    nodes = ", ".join(sorted({s.node for s in stop.shards})) or "nowhere reachable"
+    return wrap(f"{verb:<7}{stop.replica:<{width}}{stop.reason} [{nodes}]", " " * (7 + width))
+
+
+def render_plan(plan: Plan) -> list[str]:
+    names = [s.replica for s in (*plan.stops, *plan.drains)]
+    names += [s.replica for s in plan.starts] + [w.model for w in plan.waits]
+    names += [leave.replica for leave in plan.leaves]
+    width = max((len(n) for n in names), default=0) + 2
+    lines = [x for stop in plan.stops for x in _stop_lines("stop", stop, width)]
+    for start in plan.starts:
+        head = f"{'start':<7}{start.replica:<{width}}{start.profile.name:<10}"
+        placed = start.placement.shards
+        for index, (shard, files) in enumerate(zip(placed, start.files, strict=True)):
+            text = f"{shard_text(shard)}  :{files.port}"
+            if len(placed) > 1:
+                text += f"  rank {files.rank}"
+            lines.append((head if index == 0 else " " * len(head)) + text)
+        why = "workers first, then rank 0; " if len(placed) > 1 else ""
+        lines += wrap(" " * (7 + width) + f"why: {why}{start.reason}", " " * (12 + width))
+    lines += [x for stop in plan.drains for x in _stop_lines("drain", stop, width)]
+    for wait in plan.waits:
+        lines.append(
+            f"{'wait':<7}{wait.model:<{width}}backoff after {wait.failures} failure(s),"
+            f" until {_when(wait.until, plan.now)}"
+        )
+    for leave in plan.leaves:
+        lines += wrap(f"{'leave':<7}{leave.replica:<{width}}{leave.reason}", " " * (7 + width))
+    for refused in plan.unplaced:
+        verdict = VERDICT_TEXT[refused.verdict]
+        lines += wrap(
+            f"{'refuse':<7}{refused.replica:<{width}}NOT PLACED — {verdict}", " " * (7 + width)
+        )
+        for line in refusal_lines(refused):
+            lines += wrap("  " + line, "    ")
+    if not lines:
+        lines.append("nothing to do: the fleet runs what the catalog asks")
+    return lines
