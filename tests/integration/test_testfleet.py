@@ -1,0 +1,219 @@
+"""The local test fleet itself (scripts/testfleet): real sshd per node, own address, own host
+key, the generated inventory, the fake hardware as the probe reads it, stop and start."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cli.facts.parse import (
+    parse_compute_apps,
+    parse_infiniband,
+    parse_meminfo,
+    parse_query_gpu,
+    parse_topology,
+)
+from cli.inventory.load import load_inventory
+from tests.integration.conftest import LiveFleet
+
+pytestmark = pytest.mark.fleet
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = ROOT / "cli" / "facts" / "probe.sh"
+SECTION = re.compile(r"^@@modelfleet begin (\S+)\n(.*?)\n@@modelfleet end \1 (\d+)$", re.S | re.M)
+
+
+def known_hosts_entries(path: Path) -> dict[str, str]:
+    """address → "ssh-ed25519 AAAA..." from a known_hosts file."""
+    entries: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        host, key_type, key = line.split()[:3]
+        entries[host] = f"{key_type} {key}"
+    return entries
+
+
+def served_host_key(address: str) -> str:
+    """The ed25519 host key the sshd on address:22 presents (ssh-keyscan trusts nothing)."""
+    result = subprocess.run(
+        ["ssh-keyscan", "-T", "10", "-t", "ed25519", address],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    lines = [line for line in result.stdout.splitlines() if line and not line.startswith("#")]
+    assert len(lines) == 1, (result.stdout, result.stderr)
+    host, key_type, key = lines[0].split()
+    assert host == address
+    return f"{key_type} {key}"
+
+
+def ssh_refuses(address: str) -> bool:
+    try:
+        socket.create_connection((address, 22), timeout=5).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def wildcard_listener_on_22() -> bool:
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1] == "00000000:0016" and fields[3] == "0A":
+            return True
+    return False
+
+
+def test_each_node_answers_on_its_own_address_with_its_own_host_key(testfleet: LiveFleet) -> None:
+    known = known_hosts_entries(testfleet.known_hosts)
+    assert set(known) == {node.address for node in testfleet.nodes}
+    served: dict[str, str] = {}
+    for node in testfleet.nodes:
+        assert node.address == f"127.0.1.{node.index}"
+        served[node.name] = served_host_key(node.address)
+        assert served[node.name] == known[node.address], node.name
+        result = testfleet.ssh(node.name, "hostname")
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == node.name
+    first, second = testfleet.nodes[0], testfleet.nodes[1]
+    assert served[first.name] != served[second.name]
+    assert len(set(served.values())) == len(served)  # no two nodes share a key
+
+
+def test_each_sshd_listens_on_its_own_loopback_address_only(testfleet: LiveFleet) -> None:
+    assert not wildcard_listener_on_22()
+    for node in testfleet.nodes:
+        result = testfleet.ssh(node.name, "/usr/sbin/sshd", "-T")
+        assert result.returncode == 0, result.stderr
+        listen = [line for line in result.stdout.splitlines() if line.startswith("listenaddress ")]
+        assert listen == [f"listenaddress {node.address}:22"]
+
+
+def test_a_node_presenting_another_nodes_key_is_refused(
+    testfleet: LiveFleet, tmp_path: Path
+) -> None:
+    first, second = testfleet.nodes[0], testfleet.nodes[1]
+    known = known_hosts_entries(testfleet.known_hosts)
+    wrong = tmp_path / "known_hosts"
+    wrong.write_text(f"{first.address} {known[second.address]}\n")
+    command = [
+        f"UserKnownHostsFile={wrong}" if part.startswith("UserKnownHostsFile=") else part
+        for part in testfleet.ssh_command(first.name, "true")
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 255
+    assert "REMOTE HOST IDENTIFICATION HAS CHANGED" in result.stderr
+
+
+def test_the_inventory_describes_the_fleet(testfleet: LiveFleet) -> None:
+    inventory = load_inventory(testfleet.inventory_dir)
+    assert inventory.names() == testfleet.names
+    for node in testfleet.nodes:
+        host = inventory.host(node.name)
+        assert host.address == node.address
+        assert host.port == 22
+        assert host.user == "root"
+        assert host.private_key_file == str(testfleet.key)
+        assert Path(str(host.private_key_file)).is_absolute()
+        assert host.vars.labels == dict(node.spec.labels)
+        assert [(f.name, f.hcas, f.rate_gbps) for f in host.vars.fabrics] == [
+            (f.name, f.hcas, f.rate_gbps) for f in node.spec.fabrics
+        ]
+    group_vars = yaml.safe_load((testfleet.inventory_dir / "group_vars" / "all.yml").read_text())
+    assert group_vars["ansible_ssh_common_args"] == (
+        f"-o UserKnownHostsFile={testfleet.known_hosts} -o StrictHostKeyChecking=yes"
+    )
+    # ctl's default known_hosts is .known_hosts next to the inventory: the same keys.
+    assert (testfleet.inventory_dir / ".known_hosts").read_text() == (
+        testfleet.known_hosts.read_text()
+    )
+    assert testfleet.key.stat().st_mode & 0o777 == 0o600
+
+
+def probe(testfleet: LiveFleet, name: str) -> dict[str, tuple[str, int]]:
+    """The facts probe run over ssh on a node: section → (text, exit status)."""
+    result = testfleet.ssh(name, "sh", "-s", stdin=PROBE.read_text())
+    assert result.returncode == 0, result.stderr
+    return {
+        m.group(1): (m.group(2).rstrip("\n"), int(m.group(3)))
+        for m in SECTION.finditer(result.stdout)
+    }
+
+
+def test_the_probe_reads_each_nodes_fake_hardware(testfleet: LiveFleet) -> None:
+    for node in testfleet.nodes:
+        spec = node.spec
+        sections = probe(testfleet, node.name)
+
+        memory = parse_meminfo(sections["meminfo"][0])
+        assert memory is not None
+        assert memory.total_mib == int(spec.memory_gib * 1024), node.name
+        assert memory.available_mib is not None
+        assert memory.available_mib < memory.total_mib
+
+        if spec.gpus is None:
+            assert sections["query-gpu"] == ("nvidia-smi: command not found", 127)
+            assert sections["pci-nvidia"] == ("", 0)
+        else:
+            text, status = sections["query-gpu"]
+            assert status == 0
+            gpus = parse_query_gpu(text)
+            assert [gpu.name for gpu in gpus] == [spec.gpus.model] * spec.gpus.count
+            assert [gpu.memory_total_mib for gpu in gpus] == [spec.gpus.memory_mib] * len(gpus)
+            processes = parse_compute_apps(sections["compute-apps"][0])
+            assert [p.pid for p in processes] == [p.pid for p in spec.gpus.processes]
+            assert parse_topology(sections["topology"][0]) == spec.gpus.nvlink_domains()
+            devices = sections["pci-nvidia"][0].splitlines()
+            assert len(devices) == spec.gpus.count
+            assert all(line.endswith(" 0x030200") for line in devices)
+
+        text, status = sections["infiniband"]
+        if not spec.hcas:
+            assert status == 127  # no /sys/class/infiniband, as on a host without RDMA
+        else:
+            assert status == 0
+            files = dict(line.split("\t", 1) for line in text.splitlines())
+            ports = parse_infiniband(files)
+            assert [(p.hca, p.state, p.link_layer) for p in ports] == [
+                (hca.name, hca.state, hca.link_layer) for hca in spec.hcas
+            ]
+            active = [p.rate_gbps for p in ports if p.active]
+            assert active == [float(h.rate_gbps) for h in spec.hcas if h.state == "ACTIVE"]
+
+
+def test_the_fake_hardware_hides_nothing_real(testfleet: LiveFleet) -> None:
+    """The sysfs directories covered for the fakes still hold what the host's held."""
+    host_classes = {path.name for path in Path("/sys/class").iterdir()}
+    for node in testfleet.nodes:
+        result = testfleet.ssh(node.name, "ls", "/sys/class", "/sys/class/net")
+        assert result.returncode == 0, result.stderr
+        listed = set(result.stdout.split())
+        assert host_classes - {"infiniband"} <= listed
+        assert "lo" in listed
+
+
+def test_one_node_stops_and_starts_while_the_others_stay_up(fleet_exclusive: LiveFleet) -> None:
+    fleet = fleet_exclusive
+    node = fleet.nodes[-1]
+    others = [other for other in fleet.nodes if other is not node]
+    key_before = served_host_key(node.address)
+
+    fleet.stop(node.name)
+    assert fleet.state(node.name) == "down"
+    assert ssh_refuses(node.address)
+    for other in others:
+        assert fleet.state(other.name) == "up"
+        assert fleet.ssh(other.name, "true").returncode == 0
+
+    fleet.start(node.name)
+    assert fleet.state(node.name) == "up"
+    assert served_host_key(node.address) == key_before
+    result = fleet.ssh(node.name, "cat", "/proc/meminfo")
+    assert result.returncode == 0
+    memory = parse_meminfo(result.stdout)
+    assert memory is not None and memory.total_mib == int(node.spec.memory_gib * 1024)
