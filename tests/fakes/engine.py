@@ -1,0 +1,1630 @@
+#!/usr/bin/python3 -I
+"""A stand-in for the LLM engines ctl runs: vLLM, SGLang and llama.cpp's llama-server.
+
+The test fleet has no GPUs, so its nodes get this one file under the three names ctl
+starts (see docs/standin-engine.md for the install paths and the sources of every flag):
+
+    vllm serve MODEL --host H --port P --served-model-name NAME ...      (an executable)
+    python3 -m sglang.launch_server --model-path MODEL ...              (sglang/launch_server.py)
+    llama-server -m PATH | -hf REPO | --model-url URL --alias NAME ...  (an executable)
+
+It reads the command line as the real program does (the same flag names and aliases;
+unknown flags are accepted and recorded, since the real programs have hundreds), then
+behaves as the real server does where ctl can see it:
+
+- when it listens: vLLM binds its port at once but only listens once the engine is up
+  (connections are refused meanwhile); SGLang listens once the model is loaded and says
+  503 until its warm-up request has run; llama-server listens at once and says 503
+  "Loading model" until loaded.
+- its HTTP API: /health, /v1/models, /v1/chat/completions, /v1/completions with each
+  engine's status codes and bodies. A last user message "sleep N" makes the answer wait N
+  seconds, so that a test can have a request in flight.
+- multi-node replicas: ranks ≠ 0 connect to rank 0's rendezvous address (vLLM:
+  --master-addr/--master-port, SGLang: --dist-init-addr) and rank 0 serves only once all
+  have joined. A rank that cannot meet the others in time exits 1, as a failed NCCL init
+  does; a replica that loses a rank exits 1, as NCCL does; ranks lose rank 0 likewise.
+- SIGTERM: vLLM aborts in-flight requests, or with --shutdown-timeout S answers 503 to new
+  ones and lets those in flight finish for up to S seconds; SGLang drains without a bound;
+  llama-server stops listening and drops what is in flight. Then it exits 0.
+
+Every event is a line on stderr, `standin: {json}` (start with the argv and the GPU/NCCL
+environment, ready, each request, drain, exit), and GET /debug/standin, which no real
+engine has, returns the same facts as JSON.
+
+Exit codes: 0 after a shutdown, 1 on rendezvous failure or a lost rank (and, as the real
+llama-server does, on bad llama-server arguments), 2 on bad arguments (argparse's code).
+Standard library only: it runs under a node's own python3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import FrameType
+from typing import Final, Literal, NoReturn, cast
+
+Personality = Literal["vllm", "sglang", "llama-server"]
+PERSONALITIES: Final[tuple[Personality, ...]] = ("vllm", "sglang", "llama-server")
+
+LOAD_ENV: Final = "MODELFLEET_STANDIN_LOAD_SECONDS"
+RENDEZVOUS_ENV: Final = "MODELFLEET_STANDIN_RENDEZVOUS_SECONDS"
+CONFIG_ENV: Final = "MODELFLEET_STANDIN_CONFIG"
+CONFIG_PATH: Final = "/etc/modelfleet-fake/standin.json"
+# What the shard's environment file sets, recorded so that tests can see what ctl passed.
+RECORDED_ENV: Final = (
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "NCCL_IB_HCA",
+    "NCCL_SOCKET_IFNAME",
+    "GLOO_SOCKET_IFNAME",
+)
+
+EXIT_OK: Final = 0
+EXIT_FAILURE: Final = 1
+EXIT_USAGE: Final = 2
+
+DEFAULT_LOAD_SECONDS: Final = 1.0
+# PyTorch's default process-group timeout, which both vLLM and SGLang fall back to.
+DEFAULT_RENDEZVOUS_SECONDS: Final = 600.0
+HEARTBEAT_SECONDS: Final = 1.0
+SILENCE_SECONDS: Final = 10.0  # a peer this quiet is gone even without a FIN
+SGLANG_WATCHDOG_SECONDS: Final = 5.0  # SGLang's sigterm_watchdog polls this often
+MAX_SLEEP_SECONDS: Final = 3600.0
+POLL_SECONDS: Final = 0.05
+VERSION: Final = "0.0.0+modelfleet.standin"
+
+
+def log_line(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+# --------------------------------------------------------------------------- command line
+
+
+class UsageError(Exception):
+    """A command line the real program would refuse, with the message it would print."""
+
+    def __init__(self, message: str, usage: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.usage = usage
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: error: {message}", self.format_usage())
+
+
+Kind = Literal["str", "int", "float", "flag", "list", "size", "optional"]
+
+
+@dataclass(frozen=True)
+class Flag:
+    names: tuple[str, ...]
+    dest: str
+    kind: Kind = "str"
+    default: object = None
+    env: str | None = None  # llama-server reads LLAMA_ARG_* when the flag is absent
+
+
+def _human_int(text: str) -> int:
+    """vLLM's sizes: 2048, 32k (×1000), 32K (×1024), 1m, 1M."""
+    match = re.fullmatch(r"(-?\d+)([kKmMgG]?)", text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"invalid size value: {text!r}")
+    number, unit = int(match.group(1)), match.group(2)
+    scale = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}
+    return number * scale[unit]
+
+
+VLLM_FLAGS: Final = (
+    Flag(("--model",), "model"),
+    Flag(("--host",), "host"),
+    Flag(("--port",), "port", "int", 8000),
+    Flag(("--served-model-name",), "served_model_name", "list"),
+    Flag(("--tensor-parallel-size", "-tp"), "tensor_parallel_size", "int", 1),
+    Flag(("--pipeline-parallel-size", "-pp"), "pipeline_parallel_size", "int", 1),
+    Flag(("--data-parallel-size", "-dp"), "data_parallel_size", "int", 1),
+    Flag(("--max-model-len",), "max_model_len", "size"),
+    Flag(("--nnodes", "-n"), "nnodes", "int", 1),
+    Flag(("--node-rank", "-r"), "node_rank", "int", 0),
+    Flag(("--master-addr",), "master_addr", "str", "127.0.0.1"),
+    Flag(("--master-port",), "master_port", "int", 29501),
+    Flag(("--headless",), "headless", "flag", False),
+    Flag(("--shutdown-timeout",), "shutdown_timeout", "int", 0),
+    Flag(("--distributed-timeout-seconds",), "distributed_timeout_seconds", "int"),
+    Flag(("--distributed-executor-backend",), "distributed_executor_backend"),
+    Flag(("--api-server-count",), "api_server_count", "int"),
+    Flag(("--api-key",), "api_key", "list"),
+    Flag(("--gpu-memory-utilization",), "gpu_memory_utilization", "float"),
+    Flag(("--dtype",), "dtype"),
+    Flag(("--trust-remote-code",), "trust_remote_code", "flag", False),
+    Flag(("--enforce-eager",), "enforce_eager", "flag", False),
+)
+
+SGLANG_FLAGS: Final = (
+    Flag(("--model-path", "--model"), "model_path"),
+    Flag(("--tokenizer-path",), "tokenizer_path"),
+    Flag(("--host",), "host", "str", "127.0.0.1"),
+    Flag(("--port",), "port", "int", 30000),
+    Flag(("--served-model-name",), "served_model_name"),
+    # `--tp` is the spelling of SGLang's own docs (argparse prefix-matches --tp-size).
+    Flag(("--tensor-parallel-size", "--tp-size", "--tp"), "tp_size", "int", 1),
+    Flag(("--pipeline-parallel-size", "--pp-size"), "pp_size", "int", 1),
+    Flag(("--data-parallel-size", "--dp-size", "--dp"), "dp_size", "int", 1),
+    Flag(("--nnodes",), "nnodes", "int", 1),
+    Flag(("--node-rank",), "node_rank", "int", 0),
+    Flag(("--dist-init-addr", "--nccl-init-addr"), "dist_init_addr"),
+    Flag(("--dist-timeout",), "dist_timeout", "int"),
+    Flag(("--context-length",), "context_length", "int"),
+    Flag(("--mem-fraction-static",), "mem_fraction_static", "float"),
+    Flag(("--api-key",), "api_key"),
+    Flag(("--skip-server-warmup",), "skip_server_warmup", "flag", False),
+    Flag(("--trust-remote-code",), "trust_remote_code", "flag", False),
+    Flag(("--base-gpu-id",), "base_gpu_id", "int", 0),
+    Flag(("--log-level",), "log_level", "str", "info"),
+    Flag(("--enable-metrics",), "enable_metrics", "flag", False),
+    Flag(("--disable-cuda-graph",), "disable_cuda_graph", "flag", False),
+    Flag(("--is-embedding",), "is_embedding", "flag", False),
+)
+# argparse prefix matching makes these ambiguous in the real server (exit 2).
+SGLANG_AMBIGUOUS: Final = {
+    "--pp": ("--pp-size", "--pp-max-micro-batch-size", "--pp-async-batch-depth"),
+}
+
+LLAMA_FLAGS: Final = (
+    Flag(("-m", "--model"), "model", env="LLAMA_ARG_MODEL"),
+    Flag(("-mu", "--model-url"), "model_url", env="LLAMA_ARG_MODEL_URL"),
+    Flag(("-hf", "-hfr", "--hf-repo"), "hf_repo", env="LLAMA_ARG_HF_REPO"),
+    Flag(("-hff", "--hf-file"), "hf_file", env="LLAMA_ARG_HF_FILE"),
+    Flag(("-a", "--alias"), "alias", env="LLAMA_ARG_ALIAS"),
+    Flag(("--host",), "host", "str", "127.0.0.1", env="LLAMA_ARG_HOST"),
+    Flag(("--port",), "port", "int", 8080, env="LLAMA_ARG_PORT"),
+    Flag(("-t", "--threads"), "threads", "int", -1, env="LLAMA_ARG_THREADS"),
+    Flag(("-tb", "--threads-batch"), "threads_batch", "int"),
+    Flag(("-c", "--ctx-size"), "ctx_size", "int", 0, env="LLAMA_ARG_CTX_SIZE"),
+    Flag(("-n", "--predict", "--n-predict"), "n_predict", "int", -1),
+    Flag(("-b", "--batch-size"), "batch_size", "int"),
+    Flag(("-ub", "--ubatch-size"), "ubatch_size", "int"),
+    Flag(("-ngl", "--gpu-layers", "--n-gpu-layers"), "n_gpu_layers", env="LLAMA_ARG_N_GPU_LAYERS"),
+    Flag(("-sm", "--split-mode"), "split_mode"),
+    Flag(("-ts", "--tensor-split"), "tensor_split"),
+    Flag(("-mg", "--main-gpu"), "main_gpu", "int"),
+    Flag(("-dev", "--device"), "device"),
+    Flag(("-np", "--parallel"), "parallel", "int", -1, env="LLAMA_ARG_N_PARALLEL"),
+    Flag(("-fa", "--flash-attn"), "flash_attn", "optional"),
+    Flag(("--embedding", "--embeddings"), "embedding", "flag", False, env="LLAMA_ARG_EMBEDDINGS"),
+    Flag(("--rerank", "--reranking"), "reranking", "flag", False),
+    Flag(("--api-key",), "api_key", env="LLAMA_API_KEY"),
+    Flag(("--jinja",), "jinja", "flag", False),
+    Flag(("--no-jinja",), "no_jinja", "flag", False),
+    Flag(("--metrics",), "metrics", "flag", False),
+    Flag(("--no-webui",), "no_webui", "flag", False),
+    Flag(("--no-mmap",), "no_mmap", "flag", False),
+    Flag(("--mlock",), "mlock", "flag", False),
+    Flag(("-cb", "--cont-batching"), "cont_batching", "flag", False),
+    Flag(("-nocb", "--no-cont-batching"), "no_cont_batching", "flag", False),
+    Flag(("--chat-template",), "chat_template"),
+    Flag(("--reasoning-format",), "reasoning_format"),
+    Flag(("-to", "--timeout"), "timeout", "int"),
+    Flag(("--threads-http",), "threads_http", "int"),
+    Flag(("-ctk", "--cache-type-k"), "cache_type_k"),
+    Flag(("-ctv", "--cache-type-v"), "cache_type_v"),
+    Flag(("--rpc",), "rpc"),
+    Flag(("--pooling",), "pooling"),
+    Flag(("-s", "--seed"), "seed", "int"),
+    Flag(("--log-disable",), "log_disable", "flag", False),
+    Flag(("-v", "--verbose", "--log-verbose"), "verbose", "flag", False),
+)
+FLASH_ATTN_VALUES: Final = ("on", "off", "auto")
+
+
+def _is_option(token: str) -> bool:
+    return token.startswith("-") and token != "-" and re.fullmatch(r"-\d+(\.\d*)?", token) is None
+
+
+def split_unknown(argv: Sequence[str], flags: Sequence[Flag]) -> tuple[list[str], list[str]]:
+    """The tokens the parser knows, and the unknown options with their values.
+
+    An unknown `--flag` takes the next token as its value unless that is an option too
+    (the real parsers know which flags take values; this one can only guess).
+    """
+    kinds: dict[str, Kind] = {name: flag.kind for flag in flags for name in flag.names}
+    kinds["-h"] = kinds["--help"] = "flag"
+    known: list[str] = []
+    unknown: list[str] = []
+    index = 0
+    while index < len(argv):
+        token = argv[index]
+        index += 1
+        if token == "--":
+            known.extend(argv[index - 1 :])
+            break
+        if not _is_option(token):
+            known.append(token)
+            continue
+        name, equals, _ = token.partition("=")
+        kind = kinds.get(name)
+        if kind is None:
+            unknown.append(token)
+            if not equals and index < len(argv) and not _is_option(argv[index]):
+                unknown.append(argv[index])
+                index += 1
+            continue
+        known.append(token)
+        if equals or kind == "flag":
+            continue
+        if kind == "list":
+            while index < len(argv) and not _is_option(argv[index]):
+                known.append(argv[index])
+                index += 1
+        elif kind == "optional":
+            if index < len(argv) and argv[index] in FLASH_ATTN_VALUES:
+                known.append(argv[index])
+                index += 1
+        elif index < len(argv):
+            known.append(argv[index])
+            index += 1
+    return known, unknown
+
+
+def build_parser(prog: str, flags: Sequence[Flag], positional_model: bool) -> _Parser:
+    parser = _Parser(prog=prog, allow_abbrev=False)
+    if positional_model:
+        parser.add_argument("model_tag", nargs="?", default=None, metavar="model_tag")
+    for flag in flags:
+        if flag.kind == "flag":
+            parser.add_argument(*flag.names, dest=flag.dest, action="store_true")
+            continue
+        if flag.kind == "list":
+            parser.add_argument(*flag.names, dest=flag.dest, nargs="+", default=flag.default)
+            continue
+        if flag.kind == "optional":
+            parser.add_argument(*flag.names, dest=flag.dest, nargs="?", const="on")
+            continue
+        converters: dict[str, Callable[[str], object]] = {
+            "str": str,
+            "int": int,
+            "float": float,
+            "size": _human_int,
+        }
+        parser.add_argument(
+            *flag.names, dest=flag.dest, type=converters[flag.kind], default=flag.default
+        )
+    return parser
+
+
+def _namespace(parsed: argparse.Namespace) -> dict[str, object]:
+    return {key: cast(object, value) for key, value in vars(parsed).items()}
+
+
+def _int_value(values: Mapping[str, object], key: str) -> int:
+    value = values[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"error: {key}: expected an integer, got {value!r}")
+    return value
+
+
+def _optional_int(values: Mapping[str, object], key: str) -> int | None:
+    return None if values.get(key) is None else _int_value(values, key)
+
+
+def _optional_str(values: Mapping[str, object], key: str) -> str | None:
+    value = values.get(key)
+    return None if value is None else str(value)
+
+
+def _str_list(values: Mapping[str, object], key: str) -> list[str]:
+    value = values.get(key)
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return [str(item) for item in cast(list[object], value)]
+    return [str(value)]
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    """`host:port` or `[v6]:port`, as SGLang's --dist-init-addr takes it."""
+    if address.startswith("["):
+        host, _, rest = address[1:].partition("]")
+        port_text = rest.removeprefix(":")
+    else:
+        host, _, port_text = address.rpartition(":")
+    if not host or not port_text.isdigit():
+        raise UsageError(f"error: invalid address {address!r}: expected host:port")
+    return host, int(port_text)
+
+
+@dataclass
+class Options:
+    """A command line, read: what the engine was asked to be."""
+
+    personality: Personality
+    model: str
+    served_names: list[str]
+    host: str
+    port: int
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    rendezvous: tuple[str, int] | None = None  # rank 0's address, when nnodes > 1
+    headless: bool = False
+    context_length: int | None = None
+    # vLLM: seconds to let requests finish after SIGTERM (0: abort them); None: no bound.
+    shutdown_timeout: float | None = 0.0
+    rendezvous_timeout: float | None = None  # from the command line, if it says
+    api_keys: list[str] = field(default_factory=list)
+    skip_warmup: bool = False
+    parsed: dict[str, object] = field(default_factory=dict)
+    unknown: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _check_topology(options: Options) -> None:
+    if options.tensor_parallel < 1 or options.pipeline_parallel < 1:
+        raise UsageError("error: tensor and pipeline parallel sizes must be at least 1")
+    if options.nnodes < 1:
+        raise UsageError(f"error: nnodes must be at least 1, got {options.nnodes}")
+    if not 0 <= options.node_rank < options.nnodes:
+        raise UsageError(f"error: node rank {options.node_rank} is not in [0, {options.nnodes})")
+    if not 0 <= options.port <= 65535:
+        raise UsageError(f"error: port {options.port} is out of range")
+
+
+def _dashes(token: str) -> str:
+    """vLLM's FlexibleArgumentParser takes --foo_bar for --foo-bar."""
+    if not token.startswith("--"):
+        return token
+    name, equals, value = token.partition("=")
+    return name.replace("_", "-") + equals + value
+
+
+def parse_vllm(argv: Sequence[str]) -> Options:
+    if not argv or argv[0] in ("-h", "--help"):
+        raise UsageError(
+            "vllm: error: the following arguments are required: subparser",
+            "usage: vllm [-h] [-v] {chat,complete,serve,bench,collect-env,run-batch} ...\n",
+        )
+    if argv[0] != "serve":
+        raise UsageError(
+            f"vllm: error: argument subparser: invalid choice: {argv[0]!r} (the stand-in"
+            " only knows 'serve')"
+        )
+    tokens = [_dashes(token) for token in argv[1:]]
+    known, unknown = split_unknown(tokens, VLLM_FLAGS)
+    values = _namespace(build_parser("vllm serve", VLLM_FLAGS, True).parse_args(known))
+    model = (
+        _optional_str(values, "model_tag") or _optional_str(values, "model") or "Qwen/Qwen3-0.6B"
+    )
+    nnodes = _int_value(values, "nnodes")
+    options = Options(
+        personality="vllm",
+        model=model,
+        served_names=_str_list(values, "served_model_name") or [model],
+        host=_optional_str(values, "host") or "",
+        port=_int_value(values, "port"),
+        tensor_parallel=_int_value(values, "tensor_parallel_size"),
+        pipeline_parallel=_int_value(values, "pipeline_parallel_size"),
+        nnodes=nnodes,
+        node_rank=_int_value(values, "node_rank"),
+        headless=bool(values["headless"]),
+        context_length=_optional_int(values, "max_model_len"),
+        shutdown_timeout=float(_int_value(values, "shutdown_timeout")),
+        api_keys=_str_list(values, "api_key")
+        or ([os.environ["VLLM_API_KEY"]] if os.environ.get("VLLM_API_KEY") else []),
+        parsed=values,
+        unknown=unknown,
+    )
+    timeout = _optional_int(values, "distributed_timeout_seconds")
+    options.rendezvous_timeout = None if timeout is None else float(timeout)
+    if options.shutdown_timeout is not None and options.shutdown_timeout < 0:
+        raise UsageError(f"error: Invalid wait timeout: {options.shutdown_timeout:g}")
+    _check_topology(options)
+    if nnodes > 1:
+        options.rendezvous = (str(values["master_addr"]), _int_value(values, "master_port"))
+        if options.node_rank > 0 and not options.headless:
+            options.warnings.append(
+                f"node rank {options.node_rank} runs without --headless; vLLM's multi-node"
+                " docs start every rank but 0 with --headless"
+            )
+    if options.headless and options.node_rank == 0:
+        raise UsageError(
+            "vllm serve: --headless on node rank 0 (data-parallel headless engines) is not"
+            " simulated by the stand-in"
+        )
+    return options
+
+
+def parse_sglang(argv: Sequence[str]) -> Options:
+    for token in argv:
+        name = token.partition("=")[0]
+        if name in SGLANG_AMBIGUOUS:
+            matches = ", ".join(SGLANG_AMBIGUOUS[name])
+            raise UsageError(
+                f"launch_server.py: error: ambiguous option: {name} could match {matches}"
+            )
+    known, unknown = split_unknown(argv, SGLANG_FLAGS)
+    values = _namespace(build_parser("launch_server.py", SGLANG_FLAGS, False).parse_args(known))
+    model = _optional_str(values, "model_path")
+    if model is None:
+        raise UsageError(
+            "launch_server.py: error: the following arguments are required: --model-path"
+        )
+    options = Options(
+        personality="sglang",
+        model=model,
+        served_names=[_optional_str(values, "served_model_name") or model],
+        host=str(values["host"]),
+        port=_int_value(values, "port"),
+        tensor_parallel=_int_value(values, "tp_size"),
+        pipeline_parallel=_int_value(values, "pp_size"),
+        nnodes=_int_value(values, "nnodes"),
+        node_rank=_int_value(values, "node_rank"),
+        context_length=_optional_int(values, "context_length"),
+        shutdown_timeout=None,  # SGLang drains until nothing is left, however long
+        api_keys=_str_list(values, "api_key"),
+        skip_warmup=bool(values["skip_server_warmup"]),
+        parsed=values,
+        unknown=unknown,
+    )
+    timeout = _optional_int(values, "dist_timeout")
+    options.rendezvous_timeout = None if timeout is None else float(timeout)
+    _check_topology(options)
+    if options.nnodes > 1:
+        address = _optional_str(values, "dist_init_addr")
+        if address is None:
+            raise UsageError("launch_server.py: error: --dist-init-addr is needed with --nnodes")
+        options.rendezvous = split_host_port(address)
+    return options
+
+
+def parse_llama(argv: Sequence[str]) -> Options:
+    known, unknown = split_unknown(argv, LLAMA_FLAGS)
+    values = _namespace(build_parser("llama-server", LLAMA_FLAGS, False).parse_args(known))
+    given = {token.partition("=")[0] for token in known}
+    for flag in LLAMA_FLAGS:  # the environment fills in what the command line leaves out
+        if flag.env is None or not os.environ.get(flag.env) or given & set(flag.names):
+            continue
+        text = os.environ[flag.env]
+        try:
+            if flag.kind == "flag":
+                values[flag.dest] = text.lower() in ("1", "true", "on", "enabled")
+            elif flag.kind == "int":
+                values[flag.dest] = int(text)
+            else:
+                values[flag.dest] = text
+        except ValueError as error:
+            raise UsageError(f"error: invalid value for {flag.env}: {text!r}") from error
+    model = (
+        _optional_str(values, "model")
+        or _optional_str(values, "hf_repo")
+        or _optional_str(values, "model_url")
+    )
+    if model is None:
+        raise UsageError(
+            "error: no model (-m, -hf or --model-url): llama-server's router mode is not"
+            " simulated by the stand-in"
+        )
+    aliases = [a for a in (_optional_str(values, "alias") or "").split(",") if a]
+    context = _int_value(values, "ctx_size")
+    options = Options(
+        personality="llama-server",
+        model=model,
+        served_names=aliases or [model],
+        host=str(values["host"]),
+        port=_int_value(values, "port"),
+        context_length=context or None,
+        shutdown_timeout=0.0,  # llama-server stops at once
+        api_keys=[k for k in (_optional_str(values, "api_key") or "").split(",") if k],
+        parsed=values,
+        unknown=unknown,
+    )
+    _check_topology(options)
+    return options
+
+
+PARSERS: Final[dict[Personality, Callable[[Sequence[str]], Options]]] = {
+    "vllm": parse_vllm,
+    "sglang": parse_sglang,
+    "llama-server": parse_llama,
+}
+
+
+def detect_personality(argv0: str, module: str | None) -> Personality | None:
+    """Which engine to be, from how this file was started."""
+    if module is not None and module.endswith("launch_server"):
+        return "sglang"  # python3 -m sglang.launch_server
+    path = Path(argv0)
+    if path.name == "launch_server.py" and path.parent.name == "sglang":
+        return "sglang"
+    if path.name.startswith("vllm"):
+        return "vllm"
+    if path.name.startswith("llama-server"):
+        return "llama-server"
+    return None
+
+
+def take_personality_override(argv: Sequence[str]) -> tuple[Personality | None, list[str]]:
+    """`--personality NAME` (tests only; no real engine has it), removed from argv."""
+    rest: list[str] = []
+    chosen: str | None = None
+    index = 0
+    while index < len(argv):
+        token = argv[index]
+        index += 1
+        if token == "--personality" and index < len(argv):
+            chosen = argv[index]
+            index += 1
+        elif token.startswith("--personality="):
+            chosen = token.partition("=")[2]
+        else:
+            rest.append(token)
+    if chosen is None:
+        return None, rest
+    aliases: dict[str, Personality] = {
+        "vllm": "vllm",
+        "sglang": "sglang",
+        "llama-server": "llama-server",
+        "llama.cpp": "llama-server",
+        "llama": "llama-server",
+    }
+    if chosen not in aliases:
+        raise UsageError(f"standin: error: unknown --personality {chosen!r}")
+    return aliases[chosen], rest
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The stand-in's own knobs: from the environment, else a node's config file."""
+
+    load_seconds: float = DEFAULT_LOAD_SECONDS
+    rendezvous_seconds: float = DEFAULT_RENDEZVOUS_SECONDS
+
+    @staticmethod
+    def load(environ: Mapping[str, str]) -> Settings:
+        file_values: dict[str, object] = {}
+        path = environ.get(CONFIG_ENV) or CONFIG_PATH
+        try:
+            with open(path, encoding="utf-8") as handle:  # noqa: PTH123
+                loaded = cast(object, json.load(handle))
+            if isinstance(loaded, dict):
+                file_values = cast(dict[str, object], loaded)
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError) as error:
+            raise UsageError(f"standin: error: cannot read {path}: {error}") from error
+
+        def number(env: str, key: str, default: float) -> float:
+            raw = environ.get(env)
+            value: object = raw if raw is not None else file_values.get(key, default)
+            try:
+                result = float(cast(str, value))
+            except (TypeError, ValueError) as error:
+                message = f"standin: error: {env} must be a number, got {value!r}"
+                raise UsageError(message) from error
+            if result < 0:
+                raise UsageError(f"standin: error: {env} must not be negative, got {result:g}")
+            return result
+
+        return Settings(
+            load_seconds=number(LOAD_ENV, "load_seconds", DEFAULT_LOAD_SECONDS),
+            rendezvous_seconds=number(
+                RENDEZVOUS_ENV, "rendezvous_seconds", DEFAULT_RENDEZVOUS_SECONDS
+            ),
+        )
+
+
+# --------------------------------------------------------------------------- rendezvous
+
+
+class Peer:
+    """One rendezvous connection: JSON lines both ways, heartbeats, loss detection."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        on_message: Callable[[Peer, dict[str, object]], None],
+        on_lost: Callable[[Peer, str], None],
+    ) -> None:
+        self.sock = sock
+        self.on_message = on_message
+        self.on_lost = on_lost
+        self.rank: int | None = None
+        self.info: dict[str, object] = {}
+        self.closed = False
+        self._send_lock = threading.Lock()
+        self._last_heard = time.monotonic()
+
+    def start(self) -> None:
+        threading.Thread(target=self._read, name="standin-peer", daemon=True).start()
+
+    def send(self, message: Mapping[str, object]) -> bool:
+        data = (json.dumps(message) + "\n").encode()
+        with self._send_lock:
+            try:
+                self.sock.sendall(data)
+            except OSError:
+                return False
+        return True
+
+    def close(self) -> None:
+        self.closed = True
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+
+    def _read(self) -> None:
+        self.sock.settimeout(HEARTBEAT_SECONDS)
+        buffer = b""
+        while not self.closed:
+            try:
+                chunk = self.sock.recv(65536)
+            except TimeoutError:
+                if time.monotonic() - self._last_heard > SILENCE_SECONDS:
+                    self._lost(f"no heartbeat for {SILENCE_SECONDS:g} s")
+                    return
+                continue
+            except OSError as error:
+                self._lost(f"connection error: {error}")
+                return
+            if not chunk:
+                self._lost("connection closed")
+                return
+            self._last_heard = time.monotonic()
+            buffer += chunk
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                try:
+                    message = cast(object, json.loads(line))
+                except ValueError:
+                    self._lost("garbled rendezvous message")
+                    return
+                if isinstance(message, dict) and message.get("type") != "ping":
+                    self.on_message(self, cast(dict[str, object], message))
+
+    def _lost(self, reason: str) -> None:
+        if not self.closed:
+            self.closed = True
+            self.sock.close()
+            self.on_lost(self, reason)
+
+
+# --------------------------------------------------------------------------- HTTP
+
+
+@dataclass
+class Reply:
+    status: int
+    body: bytes = b""
+    content_type: str = "application/json"
+    events: list[bytes] | None = None  # server-sent events, for stream=true
+    drop: bool = False  # close the connection unanswered (llama-server dropping a request)
+
+
+def json_reply(status: int, payload: object) -> Reply:
+    return Reply(status, json.dumps(payload).encode())
+
+
+def openai_error(status: int, message: str, kind: str, param: str | None = None) -> Reply:
+    error = {"message": message, "type": kind, "param": param, "code": status}
+    return json_reply(status, {"error": error})
+
+
+class StandinHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], engine: Engine) -> None:
+        self.engine = engine
+        super().__init__(address, StandinHandler, bind_and_activate=False)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind would look up the host's FQDN, which may wait on DNS.
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.socket.bind(self.server_address)
+        self.server_address = cast(tuple[str, int], self.socket.getsockname()[:2])
+        self.server_name = str(self.server_address[0])
+        self.server_port = int(self.server_address[1])
+
+
+class StandinHTTPServer6(StandinHTTPServer):
+    address_family = socket.AF_INET6
+
+
+class StandinHandler(BaseHTTPRequestHandler):
+    server: StandinHTTPServer
+
+    def version_string(self) -> str:
+        return {"vllm": "uvicorn", "sglang": "uvicorn", "llama-server": "llama.cpp"}[
+            self.server.engine.opts.personality
+        ]
+
+    def log_message(self, format: str, *args: object) -> None:
+        """The engine logs each request itself, as JSON."""
+
+    def do_GET(self) -> None:
+        self._serve("GET")
+
+    def do_POST(self) -> None:
+        self._serve("POST")
+
+    def _serve(self, method: str) -> None:
+        engine = self.server.engine
+        started = time.monotonic()
+        body = b""
+        if method == "POST":
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length > 0 else b""
+        path = self.path.partition("?")[0]
+        headers = {key.lower(): value for key, value in self.headers.items()}
+        reply = engine.handle(method, path, headers, body)
+        engine.log(
+            "request",
+            method=method,
+            path=path,
+            status=None if reply.drop else reply.status,
+            dropped=reply.drop,
+            client=self.client_address[0],
+            seconds=round(time.monotonic() - started, 3),
+        )
+        if reply.drop:
+            self.close_connection = True
+            return
+        try:
+            self.send_response(reply.status)
+            if reply.events is not None:
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Cache-Control", "no-cache")
+                self.end_headers()
+                for event in reply.events:
+                    self.wfile.write(event)
+                    self.wfile.flush()
+                return
+            if reply.body:
+                self.send_header("Content-Type", reply.content_type)
+            self.send_header("Content-Length", str(len(reply.body)))
+            self.end_headers()
+            self.wfile.write(reply.body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client went away; so would uvicorn's response
+
+
+# --------------------------------------------------------------------------- the engine
+
+Phase = Literal["starting", "rendezvous", "loading", "warmup", "ready", "draining", "stopped"]
+
+
+def _sleep_request(text: str) -> float:
+    match = re.match(r"\s*sleep\s+(\d+(?:\.\d+)?)", text, re.IGNORECASE)
+    return min(float(match.group(1)), MAX_SLEEP_SECONDS) if match else 0.0
+
+
+def _message_text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
+        parts = []
+        for part in cast(list[object], content):
+            if isinstance(part, dict):
+                text = cast(dict[str, object], part).get("text")
+                if isinstance(text, str):
+                    parts.append(text)
+        return " ".join(parts)
+    return ""
+
+
+class Engine:
+    """One rank of one replica: its rendezvous, its HTTP server and its life."""
+
+    def __init__(self, opts: Options, settings: Settings, invoked_as: str) -> None:
+        self.opts = opts
+        self.settings = settings
+        self.invoked_as = invoked_as
+        self.hostname = socket.gethostname()
+        self.phase: Phase = "starting"
+        self.created = int(time.time())
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.draining = False
+        self.abort = threading.Event()  # wakes in-flight requests to give up
+        self.lost = threading.Event()  # a rank of the replica is gone
+        self.lost_reason = ""
+        self.shutdown_message = threading.Event()  # rank 0 said it is stopping cleanly
+        self.signals = 0
+        self.http: StandinHTTPServer | None = None
+        self.serving = False  # serve_forever runs (shutdown() would wait forever if not)
+        self.listener: socket.socket | None = None  # rank 0's rendezvous socket
+        self.workers: dict[int, Peer] = {}
+        self.world_formed = False
+        self.master: Peer | None = None  # a worker's link to rank 0
+        self.start_message = threading.Event()
+        self.rejected = ""
+        self.ready_at = 0.0
+        self._log_lock = threading.Lock()
+
+    # ----------------------------------------------------------------- logging
+
+    def log(self, event: str, **fields: object) -> None:
+        record: dict[str, object] = {
+            "ts": round(time.time(), 3),
+            "personality": self.opts.personality,
+            "rank": self.opts.node_rank,
+            "event": event,
+            **fields,
+        }
+        with self._log_lock:
+            log_line("standin: " + json.dumps(record, default=str))
+
+    def native(self, text: str) -> None:
+        """A line shaped like the real engine's own log (approximate, for humans)."""
+        with self._log_lock:
+            log_line(text)
+
+    @property
+    def is_worker(self) -> bool:
+        return self.opts.node_rank > 0
+
+    def environment(self) -> dict[str, str | None]:
+        return {name: os.environ.get(name) for name in RECORDED_ENV}
+
+    # ----------------------------------------------------------------- life
+
+    def run(self) -> int:
+        self.log(
+            "start",
+            argv=sys.argv,
+            invoked_as=self.invoked_as,
+            pid=os.getpid(),
+            hostname=self.hostname,
+            env=self.environment(),
+            model=self.opts.model,
+            served_model_names=self.opts.served_names,
+            nnodes=self.opts.nnodes,
+            tensor_parallel=self.opts.tensor_parallel,
+            pipeline_parallel=self.opts.pipeline_parallel,
+            unknown_args=self.opts.unknown,
+            load_seconds=self.settings.load_seconds,
+        )
+        for warning in self.opts.warnings:
+            self.log("warning", message=warning)
+        if self.opts.unknown:
+            self.log("unknown-args", args=self.opts.unknown)
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        code = EXIT_FAILURE
+        try:
+            code = self._run_worker() if self.is_worker else self._run_rank0()
+        finally:
+            self._close_everything(clean=code == EXIT_OK)
+        self.phase = "stopped"
+        self.log("exit", code=code)
+        return code
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.signals += 1
+        if self.signals > 1 and self.opts.personality == "llama-server":
+            # llama-server: "Received second interrupt, terminating immediately."
+            log_line("Received second interrupt, terminating immediately.")
+            os._exit(EXIT_FAILURE)
+
+    def _wait(self, seconds: float) -> str | None:
+        """Sleep, unless something ends it: 'signal', 'lost' or 'shutdown' (worker only)."""
+        deadline = time.monotonic() + seconds
+        while True:
+            if self.signals:
+                return "signal"
+            if self.lost.is_set():
+                return "lost"
+            if self.shutdown_message.is_set():
+                return "shutdown"
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            time.sleep(min(POLL_SECONDS, remaining))
+
+    def _rendezvous_timeout(self) -> float:
+        if self.opts.rendezvous_timeout is not None:
+            return self.opts.rendezvous_timeout
+        return self.settings.rendezvous_seconds
+
+    def _run_rank0(self) -> int:
+        p = self.opts.personality
+        try:
+            http = self.http = self._make_http_server()
+            if p == "vllm":
+                # vLLM binds its port before building the engine (so nothing else takes
+                # it), but uvicorn listens only once the engine is up.
+                http.server_bind()
+            if p == "llama-server":  # llama-server listens at once and says 503 meanwhile
+                http.server_bind()
+                self._listen()
+        except OSError as error:
+            self.log("fatal", reason=f"cannot bind {self.opts.host}:{self.opts.port}: {error}")
+            return EXIT_FAILURE
+        if self.opts.nnodes > 1:
+            code = self._form_world()
+            if code is not None:
+                return code
+        self.phase = "loading"
+        self.log("loading", seconds=self.settings.load_seconds)
+        interrupted = self._wait(self.settings.load_seconds)
+        if interrupted:
+            return self._stop_during_startup(interrupted)
+        self.log("loaded")
+        try:
+            if p == "sglang":
+                http.server_bind()
+            if p != "llama-server":
+                self._listen()
+        except OSError as error:
+            self.log("fatal", reason=f"cannot listen on {self.opts.port}: {error}")
+            return EXIT_FAILURE
+        if p == "sglang" and not self.opts.skip_warmup:
+            # SGLang serves HTTP, then sends itself a warm-up request; /health says 503
+            # until that has come back.
+            self.phase = "warmup"
+            warmup = min(1.0, self.settings.load_seconds)
+            self.log("warmup", seconds=warmup)
+            interrupted = self._wait(warmup)
+            if interrupted:
+                return self._stop_during_startup(interrupted)
+        self.phase = "ready"
+        self.ready_at = time.monotonic()
+        self.log("ready", url=self._url(), workers=self._worker_list())
+        self.native(
+            {
+                "vllm": "INFO:     Application startup complete.",
+                "sglang": "The server is fired up and ready to roll!",
+                "llama-server": f"main: server is listening on {self._url()}"
+                " - starting the main loop",
+            }[p]
+        )
+        while True:
+            interrupted = self._wait(3600.0)
+            if interrupted == "signal":
+                return self._drain()
+            if interrupted == "lost":
+                return self._die(self.lost_reason)
+
+    def _stop_during_startup(self, why: str) -> int:
+        if why == "lost":
+            return self._die(self.lost_reason)
+        self.log("stopped-during-startup", phase=self.phase)
+        if self.opts.personality == "vllm" and not self.is_worker:
+            # vLLM's start-up SIGTERM handler raises KeyboardInterrupt("terminated").
+            self.native("KeyboardInterrupt: terminated")
+            return EXIT_FAILURE
+        return EXIT_OK
+
+    def _die(self, reason: str) -> int:
+        """A rank is gone: the engine is dead, as after an NCCL error."""
+        self.log("fatal", reason=reason)
+        with self.lock:
+            self.draining = True
+        self.phase = "stopped"
+        self.abort.set()
+        self._wait_in_flight(2.0)
+        return EXIT_FAILURE
+
+    def _drain(self) -> int:
+        with self.lock:
+            self.draining = True
+            in_flight = self.in_flight
+        self.phase = "draining"
+        p = self.opts.personality
+        timeout = self.opts.shutdown_timeout
+        self.log("drain", in_flight=in_flight, timeout=timeout)
+        if p == "llama-server":
+            # llama-server stops its HTTP server and its task queue: new connections are
+            # refused and requests in flight are dropped.
+            self._stop_http()
+            self.abort.set()
+            self._wait_in_flight(2.0)
+        elif p == "vllm":
+            # --shutdown-timeout 0 (vLLM's default) aborts what is in flight at once.
+            self._wait_in_flight(timeout or 0.0)
+            if self.in_flight:
+                if timeout:
+                    self.log("drain-timeout", aborting=self.in_flight)
+                self.abort.set()
+                self._wait_in_flight(2.0)
+        else:
+            # SGLang's sigterm_watchdog looks every 5 s and exits once nothing is left.
+            while True:
+                ticks = int((time.monotonic() - self.ready_at) // SGLANG_WATCHDOG_SECONDS) + 1
+                next_tick = self.ready_at + ticks * SGLANG_WATCHDOG_SECONDS
+                time.sleep(max(0.0, next_tick - time.monotonic()))
+                if not self.in_flight:
+                    break
+                self.native(f"Gracefully exiting... remaining number of requests {self.in_flight}")
+        self.log("drained")
+        return EXIT_OK
+
+    def _wait_in_flight(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while self.in_flight and time.monotonic() < deadline:
+            time.sleep(POLL_SECONDS)
+
+    def _close_everything(self, clean: bool) -> None:
+        for peer in list(self.workers.values()):
+            if not peer.closed:
+                if clean:
+                    peer.send({"type": "shutdown"})  # a clean stop: the ranks exit 0
+                peer.close()  # otherwise they see rank 0 vanish, and fail
+        if self.master is not None and not self.master.closed:
+            self.master.close()
+        if self.listener is not None:
+            self.listener.close()
+        self._stop_http()
+
+    # ----------------------------------------------------------------- HTTP server
+
+    def _make_http_server(self) -> StandinHTTPServer:
+        host = self.opts.host
+        server_class = StandinHTTPServer6 if ":" in host else StandinHTTPServer
+        return server_class((host, self.opts.port), self)
+
+    def _listen(self) -> None:
+        assert self.http is not None
+        self.http.server_activate()
+        threading.Thread(
+            target=self.http.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            name="standin-http",
+            daemon=True,
+        ).start()
+        self.serving = True
+        self.log("listening", url=self._url())
+
+    def _stop_http(self) -> None:
+        server, self.http = self.http, None
+        if server is None:
+            return
+        if self.serving:
+            self.serving = False
+            server.shutdown()
+        server.server_close()
+
+    def _url(self) -> str:
+        host = self.opts.host or "0.0.0.0"
+        return (
+            f"http://[{host}]:{self.opts.port}"
+            if ":" in host
+            else f"http://{host}:{self.opts.port}"
+        )
+
+    # ----------------------------------------------------------------- rank 0's rendezvous
+
+    def _form_world(self) -> int | None:
+        """Wait for every other rank to join; an exit code if they do not."""
+        assert self.opts.rendezvous is not None
+        host, port = self.opts.rendezvous
+        self.phase = "rendezvous"
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        listener = socket.socket(family, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            # torch.distributed's store listens on every address, at the master port.
+            listener.bind(("::" if family == socket.AF_INET6 else "", port))
+            listener.listen(64)
+        except OSError as error:
+            listener.close()
+            self.log("fatal", reason=f"cannot listen for ranks on port {port}: {error}")
+            return EXIT_FAILURE
+        self.listener = listener
+        threading.Thread(target=self._accept, name="standin-accept", daemon=True).start()
+        threading.Thread(target=self._heartbeat, name="standin-heartbeat", daemon=True).start()
+        timeout = self._rendezvous_timeout()
+        self.log("waiting-for-ranks", port=port, nnodes=self.opts.nnodes, timeout=timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.lock:
+                joined = len(self.workers)
+                if joined == self.opts.nnodes - 1:
+                    self.world_formed = True
+                    peers = list(self.workers.values())
+                    break
+            if self.signals:
+                return self._stop_during_startup("signal")
+            if time.monotonic() >= deadline:
+                missing = sorted(set(range(1, self.opts.nnodes)) - set(self.workers))
+                self.log(
+                    "rendezvous-failed",
+                    reason=f"timed out after {timeout:g} s",
+                    missing_ranks=missing,
+                )
+                return EXIT_FAILURE
+            time.sleep(POLL_SECONDS)
+        for peer in peers:
+            peer.send({"type": "start", "hostname": self.hostname})
+        self.log("world-formed", workers=self._worker_list())
+        return None
+
+    def _accept(self) -> None:
+        listener = self.listener
+        assert listener is not None
+        while True:
+            try:
+                sock, address = listener.accept()
+            except OSError:
+                return  # closed
+            peer = Peer(sock, self._on_worker_message, self._on_worker_lost)
+            peer.info = {"address": address[0]}
+            peer.start()
+
+    def _heartbeat(self) -> None:
+        while self.phase != "stopped":
+            for peer in list(self.workers.values()):
+                peer.send({"type": "ping"})
+            if self.master is not None:
+                self.master.send({"type": "ping"})
+            time.sleep(HEARTBEAT_SECONDS)
+
+    def _on_worker_message(self, peer: Peer, message: dict[str, object]) -> None:
+        if message.get("type") != "join":
+            return
+        rank = message.get("rank")
+        reason = ""
+        expected = {
+            "nnodes": self.opts.nnodes,
+            "personality": self.opts.personality,
+            "model": self.opts.model,
+            "tensor_parallel": self.opts.tensor_parallel,
+            "pipeline_parallel": self.opts.pipeline_parallel,
+        }
+        with self.lock:
+            if self.world_formed:
+                reason = "the world has already formed; restart the whole replica"
+            elif not isinstance(rank, int) or not 0 < rank < self.opts.nnodes:
+                reason = f"rank {rank!r} is not in [1, {self.opts.nnodes})"
+            elif rank in self.workers:
+                reason = f"rank {rank} has already joined"
+            else:
+                for key, value in expected.items():
+                    if message.get(key) != value:
+                        reason = f"{key} is {message.get(key)!r} there, {value!r} here"
+                        break
+            if not reason:
+                assert isinstance(rank, int)
+                peer.rank = rank
+                peer.info.update({key: message.get(key) for key in ("hostname", "pid", "env")})
+                self.workers[rank] = peer
+        if reason:
+            self.log("rank-rejected", rank=rank, reason=reason)
+            peer.send({"type": "reject", "reason": reason})
+            peer.close()
+            return
+        self.log("rank-joined", rank=rank, hostname=peer.info.get("hostname"))
+        peer.send({"type": "welcome"})
+
+    def _on_worker_lost(self, peer: Peer, reason: str) -> None:
+        if peer.rank is None:
+            return
+        with self.lock:
+            if not self.world_formed:
+                # Before the world forms a rank may come back; the store waits for it.
+                self.workers.pop(peer.rank, None)
+                formed = False
+            else:
+                formed = True
+        if not formed:
+            self.log("rank-left", rank=peer.rank, reason=reason)
+            return
+        if self.phase in ("draining", "stopped"):
+            return
+        self.lost_reason = f"lost rank {peer.rank} ({peer.info.get('hostname')}): {reason}"
+        self.lost.set()
+
+    def _worker_list(self) -> list[dict[str, object]]:
+        return [{"rank": rank, **peer.info} for rank, peer in sorted(self.workers.items())]
+
+    # ----------------------------------------------------------------- a worker's life
+
+    def _run_worker(self) -> int:
+        assert self.opts.rendezvous is not None
+        host, port = self.opts.rendezvous
+        self.phase = "rendezvous"
+        timeout = self._rendezvous_timeout()
+        deadline = time.monotonic() + timeout
+        self.log("joining", master=f"{host}:{port}", timeout=timeout)
+        if self.opts.personality == "vllm":
+            self.native(
+                "INFO Launching vLLM headless multiproc executor, with head node address"
+                f" {host}:{port} for torch.distributed process group."
+            )
+        while True:
+            if self.signals:
+                return self._stop_during_startup("signal")
+            try:
+                sock = socket.create_connection((host, port), timeout=2.0)
+                break
+            except OSError as error:
+                if time.monotonic() >= deadline:
+                    self.log(
+                        "rendezvous-failed",
+                        reason=f"cannot reach rank 0 at {host}:{port} in {timeout:g} s: {error}",
+                    )
+                    return EXIT_FAILURE
+                time.sleep(0.2)
+        self.master = Peer(sock, self._on_master_message, self._on_master_lost)
+        self.master.start()
+        self.master.send(
+            {
+                "type": "join",
+                "rank": self.opts.node_rank,
+                "nnodes": self.opts.nnodes,
+                "personality": self.opts.personality,
+                "model": self.opts.model,
+                "tensor_parallel": self.opts.tensor_parallel,
+                "pipeline_parallel": self.opts.pipeline_parallel,
+                "hostname": self.hostname,
+                "pid": os.getpid(),
+                "env": self.environment(),
+            }
+        )
+        threading.Thread(target=self._heartbeat, name="standin-heartbeat", daemon=True).start()
+        while not self.start_message.is_set():
+            if self.rejected:
+                self.log("rendezvous-failed", reason=f"rank 0 refused: {self.rejected}")
+                return EXIT_FAILURE
+            if self.signals:
+                return self._stop_during_startup("signal")
+            if self.lost.is_set():
+                self.log("rendezvous-failed", reason=self.lost_reason)
+                return EXIT_FAILURE
+            if time.monotonic() >= deadline:
+                self.log("rendezvous-failed", reason=f"the world did not form in {timeout:g} s")
+                return EXIT_FAILURE
+            time.sleep(POLL_SECONDS)
+        self.log("world-formed", master=f"{host}:{port}")
+        self.phase = "loading"
+        self.log("loading", seconds=self.settings.load_seconds)
+        outcome = self._wait(self.settings.load_seconds)
+        if outcome is None and self.opts.personality == "sglang":
+            # SGLang's ranks past 0 serve a dummy /health once their schedulers are up.
+            try:
+                self.http = self._make_http_server()
+                self.http.server_bind()
+                self._listen()
+            except OSError as error:
+                self.log("fatal", reason=f"cannot serve health on {self.opts.port}: {error}")
+                return EXIT_FAILURE
+        if outcome is None:
+            self.phase = "ready"
+            self.log("ready", master=f"{host}:{port}")
+            outcome = self._wait(3600.0 * 24 * 365)
+        if outcome == "lost":
+            self.log("fatal", reason=self.lost_reason)
+            return EXIT_FAILURE
+        if outcome == "shutdown":
+            self.log("shutdown", reason="rank 0 stopped")
+            return EXIT_OK
+        self.log("stopping", reason="signal")  # SIGTERM: vLLM's headless mode exits cleanly
+        return EXIT_OK
+
+    def _on_master_message(self, peer: Peer, message: dict[str, object]) -> None:
+        kind = message.get("type")
+        if kind == "start":
+            self.start_message.set()
+        elif kind == "reject":
+            self.rejected = str(message.get("reason"))
+        elif kind == "shutdown":
+            self.shutdown_message.set()
+
+    def _on_master_lost(self, peer: Peer, reason: str) -> None:
+        if self.phase == "stopped" or self.shutdown_message.is_set() or self.rejected:
+            return
+        self.lost_reason = f"lost rank 0: {reason}"
+        self.lost.set()
+
+    # ----------------------------------------------------------------- requests
+
+    def begin_request(self) -> bool:
+        with self.lock:
+            if self.draining:
+                return False
+            self.in_flight += 1
+            return True
+
+    def end_request(self) -> None:
+        with self.lock:
+            self.in_flight -= 1
+
+    def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Reply:
+        p = self.opts.personality
+        if path == "/debug/standin" and method == "GET":
+            return json_reply(200, self.debug_info())
+        if self.is_worker:  # SGLang's dummy health server on ranks past 0
+            if method == "GET" and path in ("/health", "/health_generate", "/ping"):
+                return Reply(200)
+            return json_reply(404, {"detail": "Not Found"})
+        if self.draining:
+            return self._refuse_draining(path)
+        if method == "GET" and path in HEALTH_PATHS[p]:
+            return self._health()
+        if p == "llama-server" and self.phase != "ready":
+            return self._llama_loading()
+        if path.startswith("/v1/") and not self._authorized(headers):
+            return self._unauthorized()
+        if method == "GET" and path == "/v1/models":
+            return json_reply(200, self._models())
+        if method == "GET" and path == "/version" and p == "vllm":
+            return json_reply(200, {"version": VERSION})
+        if method == "GET" and path == "/get_model_info" and p == "sglang":
+            return json_reply(
+                200,
+                {
+                    "model_path": self.opts.model,
+                    "tokenizer_path": self.opts.model,
+                    "is_generation": True,
+                },
+            )
+        if method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
+            return self._generate(path == "/v1/chat/completions", body)
+        if p == "llama-server":
+            return json_reply(
+                404,
+                {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}},
+            )
+        return json_reply(404, {"detail": "Not Found"})
+
+    def _health(self) -> Reply:
+        p = self.opts.personality
+        if self.phase == "ready":
+            # vLLM and SGLang answer an empty 200; llama-server says {"status": "ok"}.
+            return json_reply(200, {"status": "ok"}) if p == "llama-server" else Reply(200)
+        if p == "llama-server":
+            return self._llama_loading()
+        return Reply(503)
+
+    def _llama_loading(self) -> Reply:
+        error = {"code": 503, "message": "Loading model", "type": "unavailable_error"}
+        return json_reply(503, {"error": error})
+
+    def _refuse_draining(self, path: str) -> Reply:
+        if path in HEALTH_PATHS[self.opts.personality] or self.opts.personality == "sglang":
+            return Reply(503)
+        return openai_error(503, "The server is shutting down.", "ServiceUnavailableError")
+
+    def _authorized(self, headers: Mapping[str, str]) -> bool:
+        if not self.opts.api_keys:
+            return True
+        given = headers.get("authorization", "")
+        return any(given == f"Bearer {key}" for key in self.opts.api_keys)
+
+    def _unauthorized(self) -> Reply:
+        if self.opts.personality == "llama-server":
+            error = {"code": 401, "message": "Invalid API Key", "type": "authentication_error"}
+            return json_reply(401, {"error": error})
+        return json_reply(401, {"error": "Unauthorized"})
+
+    def _models(self) -> dict[str, object]:
+        p = self.opts.personality
+        owner = {"vllm": "vllm", "sglang": "sglang", "llama-server": "llamacpp"}[p]
+        cards: list[dict[str, object]] = []
+        for name in self.opts.served_names[: 1 if p == "llama-server" else None]:
+            card: dict[str, object] = {
+                "id": name,
+                "object": "model",
+                "created": self.created,
+                "owned_by": owner,
+            }
+            if p == "vllm":
+                card.update(
+                    root=self.opts.model,
+                    parent=None,
+                    max_model_len=self.opts.context_length or 4096,
+                )
+            elif p == "sglang":
+                card.update(root=name, max_model_len=self.opts.context_length or 4096)
+            else:
+                card["meta"] = {"n_ctx_train": self.opts.context_length or 4096}
+            cards.append(card)
+        return {"object": "list", "data": cards}
+
+    def _generate(self, chat: bool, body: bytes) -> Reply:
+        p = self.opts.personality
+        try:
+            request = cast(object, json.loads(body or b"{}"))
+        except ValueError:
+            return openai_error(400, "The request body is not valid JSON.", "BadRequestError")
+        if not isinstance(request, dict):
+            return openai_error(400, "The request body must be a JSON object.", "BadRequestError")
+        fields = cast(dict[str, object], request)
+        if chat:
+            messages = fields.get("messages")
+            if not isinstance(messages, list) or not messages:
+                return openai_error(
+                    400, "messages: a non-empty list is required", "BadRequestError", "messages"
+                )
+            prompt = ""
+            for message in reversed(cast(list[object], messages)):
+                entry = cast(dict[str, object], message) if isinstance(message, dict) else {}
+                if entry.get("role") == "user":
+                    prompt = _message_text(entry.get("content"))
+                    break
+        else:
+            raw = fields.get("prompt")
+            prompt = raw if isinstance(raw, str) else _message_text(raw)
+        asked = fields.get("model")
+        if p == "vllm" and asked is not None and asked not in self.opts.served_names:
+            return openai_error(
+                404, f"The model `{asked}` does not exist.", "NotFoundError", "model"
+            )
+        # SGLang and llama-server (single-model mode) serve whatever name they are asked
+        # for with their one model, and echo the name back.
+        served = asked if asked in self.opts.served_names else self.opts.served_names[0]
+        name = asked if isinstance(asked, str) and asked else served
+        if not self.begin_request():
+            return self._refuse_draining("")
+        try:
+            seconds = _sleep_request(prompt)
+            aborted = self.abort.wait(seconds) if seconds > 0 else self.abort.is_set()
+            if aborted:
+                if p == "llama-server":
+                    return Reply(0, drop=True)
+                return openai_error(
+                    500,
+                    "The request was aborted: the engine is shutting down.",
+                    "InternalServerError",
+                )
+            return self._completion(chat, name, served, prompt, fields.get("stream") is True)
+        finally:
+            self.end_request()
+
+    def answer(self, served: str, prompt: str) -> str:
+        o = self.opts
+        return (
+            f"{served} answered from {self.hostname} ({o.personality} stand-in, rank 0 of"
+            f" {o.nnodes} node(s), tensor-parallel {o.tensor_parallel}, pipeline-parallel"
+            f" {o.pipeline_parallel}). You said: {prompt[:200]}"
+        )
+
+    def _completion(self, chat: bool, name: str, served: str, prompt: str, stream: bool) -> Reply:
+        content = self.answer(served, prompt)
+        prompt_tokens = max(1, len(prompt.split()))
+        completion_tokens = len(content.split())
+        ident = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        created = int(time.time())
+        if stream:
+            return Reply(200, events=list(self._stream(chat, ident, created, name, content)))
+        choice: dict[str, object] = {"index": 0, "logprobs": None, "finish_reason": "stop"}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": content}
+        else:
+            choice["text"] = content
+        return json_reply(
+            200,
+            {
+                "id": ident,
+                "object": "chat.completion" if chat else "text_completion",
+                "created": created,
+                "model": name,
+                "choices": [choice],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                },
+            },
+        )
+
+    def _stream(
+        self, chat: bool, ident: str, created: int, name: str, content: str
+    ) -> Iterator[bytes]:
+        kind = "chat.completion.chunk" if chat else "text_completion"
+
+        def event(piece: dict[str, object]) -> bytes:
+            chunk = {"id": ident, "object": kind, "created": created, "model": name}
+            chunk["choices"] = [{"index": 0, **piece}]
+            return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+        if chat:
+            yield event({"delta": {"role": "assistant", "content": ""}, "finish_reason": None})
+            yield event({"delta": {"content": content}, "finish_reason": None})
+            yield event({"delta": {}, "finish_reason": "stop"})
+        else:
+            yield event({"text": content, "finish_reason": None})
+            yield event({"text": "", "finish_reason": "stop"})
+        yield b"data: [DONE]\n\n"
+
+    def debug_info(self) -> dict[str, object]:
+        return {
+            "standin": True,
+            "note": "modelfleet's stand-in engine; /debug/standin is in no real engine's API",
+            "personality": self.opts.personality,
+            "invoked_as": self.invoked_as,
+            "argv": sys.argv,
+            "pid": os.getpid(),
+            "hostname": self.hostname,
+            "rank": self.opts.node_rank,
+            "nnodes": self.opts.nnodes,
+            "phase": self.phase,
+            "in_flight": self.in_flight,
+            "model": self.opts.model,
+            "served_model_names": self.opts.served_names,
+            "tensor_parallel": self.opts.tensor_parallel,
+            "pipeline_parallel": self.opts.pipeline_parallel,
+            "rendezvous": None
+            if self.opts.rendezvous is None
+            else f"{self.opts.rendezvous[0]}:{self.opts.rendezvous[1]}",
+            "shutdown_timeout": self.opts.shutdown_timeout,
+            "options": self.opts.parsed,
+            "unknown_args": self.opts.unknown,
+            "env": self.environment(),
+            "workers": self._worker_list(),
+            "load_seconds": self.settings.load_seconds,
+        }
+
+
+HEALTH_PATHS: Final[dict[Personality, tuple[str, ...]]] = {
+    "vllm": ("/health", "/ping"),
+    "sglang": ("/health", "/health_generate"),
+    "llama-server": ("/health", "/v1/health"),
+}
+
+
+# --------------------------------------------------------------------------- main
+
+
+def _wants_version(personality: Personality, args: Sequence[str]) -> bool:
+    # vllm: -v/--version; llama-server: --version (its -v is --verbose); SGLang's
+    # launch_server has no such flag.
+    if personality == "vllm":
+        return args[:1] in (["-v"], ["--version"])
+    return personality == "llama-server" and "--version" in args
+
+
+def main(argv: Sequence[str] | None = None, module: str | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    personality: Personality | None = None
+    try:
+        override, args = take_personality_override(args)
+        personality = override or detect_personality(sys.argv[0], module)
+        if personality is None:
+            raise UsageError(
+                "standin: error: cannot tell which engine to be from how it was started"
+                f" ({sys.argv[0]!r}); install it as vllm, llama-server or"
+                " sglang/launch_server.py, or pass --personality"
+            )
+        if _wants_version(personality, args):
+            if personality == "llama-server":
+                log_line(f"version: 0 ({VERSION})\nbuilt with the modelfleet stand-in")
+            else:
+                sys.stdout.write(VERSION + "\n")
+            return EXIT_OK
+        options = PARSERS[personality](args)
+        settings = Settings.load(os.environ)
+    except UsageError as error:
+        if error.usage:
+            sys.stderr.write(error.usage)
+        log_line(error.message)
+        # argparse exits 2; llama-server's own parser makes main() return 1.
+        code = EXIT_FAILURE if personality == "llama-server" else EXIT_USAGE
+        log_line("standin: " + json.dumps({"event": "bad-arguments", "exit": code}))
+        return code
+    invoked_as = f"python3 -m {module}" if module else Path(sys.argv[0]).name
+    return Engine(options, settings, invoked_as).run()
+
+
+if __name__ == "__main__":
+    _spec = globals().get("__spec__")
+    _module = getattr(_spec, "name", None)
+    sys.exit(main(module=_module if isinstance(_module, str) else None))
