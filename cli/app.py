@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from cli.commands import catalog, facts, nodes, place, reconcile
+from cli.commands import catalog, cordon, facts, nodes, place, reconcile
 from cli.commands.options import GatherOptions, parse_duration
 
 app = typer.Typer(
@@ -61,6 +61,8 @@ app.command("place")(place.place)
 app.command("nodes")(nodes.nodes)
 app.command("facts")(facts.facts)
 app.command("reconcile")(reconcile.reconcile)
+app.command("cordon")(cordon.cordon)
+app.command("uncordon")(cordon.uncordon)
 app.add_typer(catalog.app, name="catalog")
 
 
