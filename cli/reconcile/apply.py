@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Protocol
 
@@ -81,7 +81,15 @@ def apply(
         raise
     outcome.started = [s.replica for s in pending if s.replica not in outcome.failed]
     if plan.drains:
-        _stop(plan.drains, executor, outcome, report, "drain retired replicas")
+        # Rank 0 first: it stops taking requests and drains; a worker stopped first would
+        # take rank 0 down with it, in-flight requests and all.
+        firsts = [_ranks(stop, lambda rank: rank == 0) for stop in plan.drains]
+        rest = [_ranks(stop, lambda rank: rank > 0) for stop in plan.drains]
+        _stop([s for s in firsts if s.shards], executor, outcome, report,
+              "drain retired replicas")  # fmt: skip
+        if any(s.shards for s in rest):
+            _stop([s for s in rest if s.shards], executor, outcome, report,
+                  "stop retired replicas' workers")  # fmt: skip
     broken = [s for s in pending if s.replica in outcome.failed]
     if broken:
         _stop([_whole(s, outcome.failed[s.replica]) for s in broken], executor, outcome,
@@ -98,6 +106,10 @@ def _fail(starts: Sequence[Start], failures: dict[tuple[str, str], str], outcome
             why = failures.get((files.node, files.unit))
             if why is not None and start.replica not in outcome.failed:
                 outcome.failed[start.replica] = f"rank {files.rank} on {files.node}: {why}"
+
+
+def _ranks(stop: Stop, keep: Callable[[int], bool]) -> Stop:
+    return replace(stop, shards=tuple(s for s in stop.shards if keep(s.record.rank)))
 
 
 def _whole(start: Start, reason: str) -> Stop:
