@@ -73,6 +73,7 @@ class NodeView:
     shards: tuple[ShardRecord, ...]
     in_inventory: bool = True
     notes: tuple[str, ...] = ()
+    listening_ports: frozenset[int] = frozenset()  # held by something, ours or not
 
     @property
     def status(self) -> Status:
@@ -176,6 +177,7 @@ def node_view(
         fabrics=_fabric_views(host_vars, facts),
         shards=shards,
         notes=facts.notes if facts else (),
+        listening_ports=frozenset(facts.listening_ports or ()) if facts else frozenset(),
     )
 
 

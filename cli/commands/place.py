@@ -34,8 +34,9 @@ def place(
 ) -> None:
     """Place models on the fleet and explain every node that was refused, with numbers.
 
-    Exit code 0 when everything asked for was placed, 1 when something was not, 2 on bad
-    input.
+    With --dry-run nothing changes. Without it, one more replica of each named model is
+    started now; reconcile keeps it while the model stays within replicas.max. Exit code
+    0 when everything asked for was placed, 1 when something was not, 2 on bad input.
     """
     from cli.catalog.load import load_catalog
     from cli.commands.fleet import load_fleet_for
@@ -62,6 +63,15 @@ def place(
                     f"{catalog}: no model or alias '{name}'{near_miss(name, loaded.names())}"
                 )
             wanted.append(resolved)
+    if not dry_run and wanted:
+        from cli.commands.reconcile import apply_plan
+        from cli.reconcile.planner import plan_manual
+        from cli.ui.plan import render_plan
+
+        addresses = {host.name: host.address for host in fleet.inventory.hosts}
+        the_plan = plan_manual(loaded, fleet.snapshot, wanted, addresses)
+        console.print_lines(render_plan(the_plan))
+        raise SystemExit(apply_plan(context, fleet, the_plan, inventory))
     run = place_models(loaded, fleet.snapshot, wanted)
     if as_json:
         console.print_json(placement_json(run))

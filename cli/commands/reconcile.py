@@ -1,9 +1,10 @@
-"""`ctl reconcile`: bring the fleet to the catalog, or show the plan with --dry-run."""
+"""`ctl reconcile` (and `ctl drain`): bring the fleet to the catalog, or show the plan."""
 
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -16,12 +17,16 @@ from cli.commands.options import (
     parse_duration,
 )
 
+if TYPE_CHECKING:
+    from cli.commands.fleet import Fleet
+    from cli.reconcile.planner import Plan
+
+DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Print the plan; change nothing.")]
+
 
 def reconcile(
     context: typer.Context,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Print the plan; change nothing.")
-    ] = False,
+    dry_run: DryRunOption = False,
     watch: Annotated[bool, typer.Option("--watch", help="Repeat until interrupted.")] = False,
     interval: Annotated[
         str, typer.Option("--interval", help="Time between passes with --watch (e.g. 30s).")
@@ -42,7 +47,7 @@ def reconcile(
         console.fail("--facts reads a snapshot: use it with --dry-run; applying needs live facts")
     pause = parse_duration(interval).total_seconds()
     while True:
-        code = _one_pass(context, dry_run, catalog, inventory, facts)
+        code = reconcile_pass(context, catalog, inventory, facts, dry_run)
         if not watch:
             raise SystemExit(code)
         try:
@@ -51,64 +56,107 @@ def reconcile(
             raise SystemExit(code) from None
 
 
-def _one_pass(
+def drain(
     context: typer.Context,
+    node: Annotated[str, typer.Argument(help="The node to empty.")],
+    reason: Annotated[
+        str, typer.Option("--reason", "-r", help="Why, for the cordon it sets.")
+    ] = "drained",
+    dry_run: DryRunOption = False,
+    catalog: CatalogOption = DEFAULT_CATALOG,
+    inventory: InventoryOption = DEFAULT_INVENTORY,
+) -> None:
+    """Cordon NODE, then move its replicas: each is placed elsewhere and serves before the
+    old one is drained. The pass also does whatever else reconcile would."""
+    from cli.inventory.edit import cordon_node
+    from cli.inventory.load import load_inventory
+    from cli.ui import console
+
+    with console.input_errors():
+        host = load_inventory(inventory).host(node) if node else None
+    if host is None:
+        console.fail(f"no node {node} in {inventory}")
+    if not dry_run and host.vars.cordoned is None:
+        with console.input_errors():
+            console.out.print(cordon_node(inventory, node, reason), markup=False)
+    raise SystemExit(reconcile_pass(context, catalog, inventory, None, dry_run, frozenset({node})))
+
+
+def reconcile_pass(
+    context: typer.Context,
+    catalog_path: Path,
+    inventory_path: Path,
+    facts_dir: Path | None,
     dry_run: bool,
-    catalog_path: object,
-    inventory_path: object,
-    facts_dir: object,
+    evict: frozenset[str] = frozenset(),
 ) -> int:
     import random
-    from pathlib import Path
 
     from cli.catalog.load import load_catalog
-    from cli.commands.fleet import fleet_known_hosts, load_fleet_for
-    from cli.commands.options import GatherOptions
-    from cli.facts.cache import state_dir
-    from cli.reconcile.apply import apply
-    from cli.reconcile.ledger import ledger_path, load_ledger, save_ledger
+    from cli.commands.fleet import load_fleet_for
+    from cli.reconcile.ledger import load_ledger
     from cli.reconcile.planner import plan
-    from cli.shards.executor import AnsibleExecutor
     from cli.ui import console
     from cli.ui.plan import render_plan
 
-    assert isinstance(catalog_path, Path) and isinstance(inventory_path, Path)
-    assert facts_dir is None or isinstance(facts_dir, Path)
-    options = context.obj if isinstance(context.obj, GatherOptions) else GatherOptions()
     with console.input_errors():
         loaded = load_catalog(catalog_path)
     fleet = load_fleet_for(context, inventory_path, facts_dir)
-    root = options.state_dir or state_dir()
-    ledger_file = ledger_path(inventory_path, root)
-    rng = random.Random()
     addresses = {host.name: host.address for host in fleet.inventory.hosts}
-    the_plan = plan(loaded, fleet.snapshot, load_ledger(ledger_file), addresses, rng)
+    ledger = load_ledger(_ledger_file(context, inventory_path))
+    the_plan = plan(loaded, fleet.snapshot, ledger, addresses, random.Random(), evict)
     console.print_lines(render_plan(the_plan))
+    if dry_run:
+        incomplete = bool(the_plan.unplaced) or fleet.partial
+        return console.EXIT_INCOMPLETE if incomplete else console.EXIT_OK
+    return apply_plan(context, fleet, the_plan, inventory_path)
+
+
+def _ledger_file(context: typer.Context, inventory_path: Path) -> Path:
+    from cli.commands.options import GatherOptions
+    from cli.facts.cache import state_dir
+    from cli.reconcile.ledger import ledger_path
+
+    options = context.obj if isinstance(context.obj, GatherOptions) else GatherOptions()
+    return ledger_path(inventory_path, options.state_dir or state_dir())
+
+
+def apply_plan(context: typer.Context, fleet: Fleet, the_plan: Plan, inventory_path: Path) -> int:
+    """Run `the_plan` on the nodes with the playbooks; say what happened; the exit code."""
+    import random
+
+    from cli.commands.fleet import fleet_known_hosts
+    from cli.commands.options import GatherOptions
+    from cli.facts.cache import state_dir
+    from cli.reconcile.apply import apply
+    from cli.reconcile.ledger import save_ledger
+    from cli.shards.executor import AnsibleExecutor
+    from cli.ui import console
+
+    options = context.obj if isinstance(context.obj, GatherOptions) else GatherOptions()
+    ledger_file = _ledger_file(context, inventory_path)
     incomplete = bool(the_plan.unplaced) or fleet.partial
-    if dry_run or the_plan.empty:
-        if not dry_run:
-            save_ledger(ledger_file, the_plan.ledger)
+    if the_plan.empty:
+        save_ledger(ledger_file, the_plan.ledger)
         return console.EXIT_INCOMPLETE if incomplete else console.EXIT_OK
     executor = AnsibleExecutor(
         inventory_path,
         fleet_known_hosts(inventory_path, options),
-        root / "logs",
+        (options.state_dir or state_dir()) / "logs",
         on_run=lambda run: console.err.print(
             f"  {run.playbook}: exit {run.returncode}, {run.changed} change(s),"
             f" {run.seconds:.1f} s — log {run.log}"
         ),
     )
     outcome = apply(
-        the_plan, executor, fleet.snapshot.now, rng,
+        the_plan, executor, fleet.snapshot.now, random.Random(),
         report=lambda line: console.err.print(console.rich_escape(line)),
     )  # fmt: skip
     save_ledger(ledger_file, outcome.ledger)
-    for replica in outcome.started:
-        console.out.print(f"started {replica}")
-    for replica, why in outcome.failed.items():
-        console.out.print(console.rich_escape(f"FAILED  {replica}: {why} — stopped whole"))
-    for replica, why in outcome.stop_failures.items():
-        console.out.print(console.rich_escape(f"NOT STOPPED {replica}: {why}"))
+    lines = [f"started {replica}" for replica in outcome.started]
+    lines += [f"FAILED {r}: {why} — stopped whole" for r, why in outcome.failed.items()]
+    lines += [f"NOT STOPPED {r}: {why}" for r, why in outcome.stop_failures.items()]
+    console.print_lines(lines)
     if not outcome.complete:
         incomplete = True
     return console.EXIT_INCOMPLETE if incomplete else console.EXIT_OK

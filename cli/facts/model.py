@@ -111,6 +111,8 @@ class NodeFacts(Strict):
     nvlink_domains: tuple[tuple[int, ...], ...] | None = None
     hcas: tuple[HcaPort, ...] | None = None
     shards: tuple[ShardRecord, ...] = ()
+    # TCP ports something listens on; None: not reported. Ours are among them.
+    listening_ports: tuple[int, ...] | None = None
     notes: tuple[str, ...] = ()  # what the probe could not read, said plainly
     # The node's inventory variables when the snapshot was saved. Read only for a node the
     # inventory does not have, so a copied file brings its labels and fabrics along.

@@ -608,3 +608,28 @@ def parse_shard_records(text: str) -> tuple[ShardRecord, ...]:
         except ValidationError as error:
             raise FactsParseError(SECTION_SHARDS, line.number, _first_error(error)) from None
     return tuple(records)
+
+
+SECTION_LISTENING: Final = "/proc/net/tcp"
+_TCP_LISTEN = "0A"
+
+
+def parse_listening_ports(text: str) -> tuple[int, ...]:
+    """Local ports in LISTEN state, from /proc/net/tcp and /proc/net/tcp6 (header lines
+    skipped); sorted, each once."""
+    ports: set[int] = set()
+    for line in _lines(text):
+        fields = line.text.split()
+        if fields[0] == "sl":
+            continue
+        if len(fields) < 4 or ":" not in fields[1]:
+            raise FactsParseError(SECTION_LISTENING, line.number, "not a /proc/net/tcp row")
+        if fields[3] != _TCP_LISTEN:
+            continue
+        try:
+            ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+        except ValueError:
+            raise FactsParseError(
+                SECTION_LISTENING, line.number, f"bad local address {_quote(fields[1])}"
+            ) from None
+    return tuple(sorted(ports))

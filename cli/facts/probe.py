@@ -17,6 +17,7 @@ from cli.facts.parse import (
     apply_cgroup_limit,
     parse_compute_apps,
     parse_infiniband,
+    parse_listening_ports,
     parse_meminfo,
     parse_query_gpu,
     parse_shard_records,
@@ -82,6 +83,13 @@ def facts_from_probe(output: str, gathered_at: datetime) -> NodeFacts:
             hcas = parse_infiniband(_sysfs_files(infiniband.text))
         except FactsParseError as error:
             notes.append(str(error))
+    listening = None
+    tcp = sections.get("listening")
+    if tcp is not None and tcp.status == 0:
+        try:
+            listening = parse_listening_ports(tcp.text)
+        except FactsParseError as error:
+            notes.append(str(error))
     shards_section = sections.get("shards")
     if shards_section is None or shards_section.status != 0:
         raise ProbeOutputError("the probe did not finish reading the shard records")
@@ -99,6 +107,7 @@ def facts_from_probe(output: str, gathered_at: datetime) -> NodeFacts:
         nvlink_domains=domains,
         hcas=hcas,
         shards=shards,
+        listening_ports=listening,
         notes=tuple(notes),
     )
 

@@ -74,6 +74,11 @@ else
   end infiniband 127
 fi
 
+# Listening TCP sockets (state 0A), so a new shard never gets a port something else holds.
+begin listening
+cat /proc/net/tcp /proc/net/tcp6 2>/dev/null
+end listening $?
+
 begin shards
 # One line a shard: its record, a tab, and its unit's state (systemctl is-active), which
 # says whether the process the record describes still runs.

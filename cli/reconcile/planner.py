@@ -32,6 +32,7 @@ from cli.placement.place import (
     ReplicaPlacement,
     ShardPlacement,
     new_replica_id,
+    place,
     place_replica,
 )
 from cli.reconcile.backoff import Backoff, after_failure
@@ -317,6 +318,8 @@ class _PortBook:
             self.used[node.name] = {
                 s.port for s in node.shards if s.port is not None and s.replica not in stopping
             }
+            # Whatever listens now, ours or not, until it is gone.
+            self.used[node.name] |= node.listening_ports
 
     def take(self, nodes: Sequence[str]) -> int:
         for port in range(FIRST_PORT, LAST_PORT + 1):
@@ -330,6 +333,25 @@ class _PortBook:
         raise RuntimeError(f"no free port in {FIRST_PORT}-{LAST_PORT} on {', '.join(nodes)}")
 
 
+def plan_manual(
+    catalog: Catalog,
+    snapshot: Snapshot,
+    models: Sequence[str],
+    addresses: Mapping[str, str],
+) -> Plan:
+    """One more replica of each of `models`, started by an operator (`ctl place`): kept by
+    reconcile while its model stays within replicas.max."""
+    run = place(catalog, snapshot, models)
+    ports = _PortBook(snapshot, set())
+    starts = tuple(
+        _start(p, p.profile, addresses, ports, snapshot.now, "asked for by ctl place", "manual")
+        for p in run.placements
+        if p.profile is not None
+    )
+    unplaced = tuple(p for p in run.placements if p.profile is None)
+    return Plan(now=snapshot.now, starts=starts, unplaced=unplaced)
+
+
 def _start(
     placement: ReplicaPlacement,
     profile: CatalogProfile,
@@ -337,6 +359,7 @@ def _start(
     ports: _PortBook,
     now: datetime,
     reason: str,
+    origin: str = "reconcile",
 ) -> Start:
     shards: tuple[ShardPlacement, ...] = placement.shards
     port = ports.take([s.node for s in shards])
@@ -349,6 +372,7 @@ def _start(
             profile,
             Rank(s.rank, len(shards), port, master, s.gpus, s.hcas),
             now,
+            origin,
         )
         for s in shards
     )

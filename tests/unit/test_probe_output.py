@@ -170,3 +170,40 @@ def test_a_shards_state_comes_from_its_unit(unit_state: str, expected: str) -> N
     output = probe_output(shards=section("shards", f"{RECORD}\t{unit_state}\n"))
     (shard,) = facts_from_probe(output, NOW).shards
     assert (shard.replica, shard.state) == ("m-1", expected)
+
+
+TCP = (
+    "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid\n"
+    "   0: 0101007F:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0\n"
+    "   1: 00000000:1F40 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0\n"
+    "   2: 0101007F:0016 0100007F:B1E6 01 00000000:00000000 02:000A7F1E 00000000     0\n"
+)
+
+
+def test_listening_ports_are_read_and_connections_ignored() -> None:
+    facts = facts_from_probe(probe_output(listening=section("listening", TCP)), NOW)
+    assert facts.listening_ports == (22, 8000)
+
+
+def test_a_port_something_else_listens_on_is_never_given_to_a_shard() -> None:
+    import random
+
+    from cli.cluster.snapshot import build_snapshot
+    from cli.facts.gpuclass import gpu_class
+    from cli.reconcile.planner import plan
+    from tests.builders import catalog, facts, hgx, host
+
+    node = hgx("hgx-1")
+    busy = facts(node).model_copy(update={"listening_ports": (8000, 8001, 18002)})
+    fleet = build_snapshot([host(node)], {"hgx-1": busy}, NOW, gpu_class)
+    models = catalog(
+        """\
+        models:
+          m:
+            source: hf://org/m
+            profiles:
+              - {name: x1, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 1}
+        """
+    )
+    (start,) = plan(models, fleet, {}, {}, random.Random(1)).starts
+    assert start.files[0].port == 8003  # 8002's rendezvous port 18002 is taken too
