@@ -53,6 +53,10 @@ def test_every_example_file_is_loaded_by_this_test() -> None:
     loaded = {EXAMPLES / "catalog.yaml"}
     loaded |= {EXAMPLES / "facts" / f"{name}.json" for name in facts}
     loaded |= set((EXAMPLES / "inventory").rglob("*.yml"))
+    # Catalogs for the local test fleet (run by test_fleet_reconcile and bench_apply).
+    for path in sorted((EXAMPLES / "testfleet").glob("*.yaml")):
+        assert load_catalog(path).models
+        loaded.add(path)
     every_file = {p for p in EXAMPLES.rglob("*") if p.is_file()}
     assert every_file == loaded
     assert len(catalog.models) == 8

@@ -1,0 +1,157 @@
+"""Benchmark: applying a plan batched (one playbook run per phase) against one run per shard.
+
+On the local test fleet (scripts/testfleet, eight nodes, the stand-in engines of
+tests/fakes/engine.py installed as vllm, llama-server and sglang), the workload of
+examples/testfleet/bench-catalog.yaml — 12 replicas, two of them over two nodes — is
+reconciled onto empty nodes twice: with ctl's executor, which starts every worker in one
+ansible-playbook run and every rank 0 in the next, and with an executor that runs the
+same playbook once per shard (workers still first). Each run is timed from the plan to
+every replica serving, and the playbook runs are counted. Between runs the nodes are
+emptied (not timed). Goal: batched at least 3x faster. Not a test: it prints figures.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import testfleet
+
+from cli.catalog.load import load_catalog
+from cli.commands.fleet import KNOWN_HOSTS_NAME, gather_fleet
+from cli.commands.options import GatherOptions
+from cli.inventory.load import load_inventory
+from cli.reconcile.apply import apply
+from cli.reconcile.planner import Plan, Stop, plan
+from cli.shards.executor import AnsibleExecutor
+from cli.shards.units import ShardFiles
+
+ROOT = Path(__file__).resolve().parents[1]
+CATALOG = ROOT / "examples" / "testfleet" / "bench-catalog.yaml"
+ENGINE = ROOT / "tests" / "fakes" / "engine.py"
+NODES = 8
+GOAL = 3.0
+
+CLEAN = (
+    "for unit in $(systemctl list-units 'modelfleet-*-rank*' --all --plain --no-legend"
+    ' | awk \'{print $1}\'); do systemctl kill -s KILL "$unit"; systemctl stop "$unit";'
+    " done; rm -f /etc/systemd/system/modelfleet-*-rank*.service /etc/modelfleet/shards/*"
+    " /var/lib/modelfleet/shards/*; systemctl daemon-reload; systemctl reset-failed"
+)
+INSTALL = (
+    "set -e; install -d /usr/local/lib/python3.11/dist-packages/sglang /etc/modelfleet-fake;"
+    " cat > /usr/local/bin/vllm; chmod 755 /usr/local/bin/vllm;"
+    " cp /usr/local/bin/vllm /usr/local/bin/llama-server;"
+    " cp /usr/local/bin/vllm /usr/local/lib/python3.11/dist-packages/sglang/launch_server.py;"
+    " : > /usr/local/lib/python3.11/dist-packages/sglang/__init__.py;"
+    " echo '{\"load_seconds\": 0.5}' > /etc/modelfleet-fake/standin.json"
+)
+
+
+class PerShardExecutor(AnsibleExecutor):
+    """The naive way: one ansible-playbook run for each shard."""
+
+    def start(self, shards: Sequence[ShardFiles]) -> dict[tuple[str, str], str]:
+        failures: dict[tuple[str, str], str] = {}
+        for files in shards:
+            failures |= super().start([files])
+        return failures
+
+    def stop(self, stops: Sequence[Stop]) -> dict[tuple[str, str], str]:
+        failures: dict[tuple[str, str], str] = {}
+        for stop in stops:
+            for shard in stop.shards:
+                one = Stop(stop.replica, stop.model, (shard,), stop.reason, stop.drain)
+                failures |= super().stop([one])
+        return failures
+
+
+def on_every_node(fleet: testfleet.Fleet, script: str, data: bytes = b"") -> None:
+    for node in fleet.nodes[:NODES]:
+        command = fleet.ssh_command(node.name, f"sh -c {shlex.quote(script)}")
+        subprocess.run(command, input=data, check=True, timeout=120, capture_output=True)
+
+
+def inventory_of(fleet: testfleet.Fleet, directory: Path) -> Path:
+    """The fleet's inventory, its first eight nodes only."""
+    import shutil
+
+    import yaml
+
+    target = directory / "inventory"
+    shutil.copytree(fleet.inventory_dir, target)
+    hosts = target / "hosts.yml"
+    keep = {n.name for n in fleet.nodes[:NODES]}
+    data = yaml.safe_load(hosts.read_text())
+    data["all"]["hosts"] = {k: v for k, v in data["all"]["hosts"].items() if k in keep}
+    for group in data["all"].get("children", {}).values():
+        group["hosts"] = {k: v for k, v in (group.get("hosts") or {}).items() if k in keep}
+    hosts.write_text(yaml.safe_dump(data, sort_keys=False))
+    return target
+
+
+def the_plan(inventory: Path, state: Path) -> Plan:
+    catalog = load_catalog(CATALOG)
+    hosts = load_inventory(inventory)
+    fleet = gather_fleet(hosts, inventory, GatherOptions(state_dir=state))
+    addresses = {h.name: h.address for h in hosts.hosts}
+    return plan(catalog, fleet.snapshot, {}, addresses, random.Random(7))
+
+
+def run(mode: str, executor: AnsibleExecutor, inventory: Path, state: Path) -> dict[str, object]:
+    started = time.monotonic()
+    reconcile = the_plan(inventory, state)
+    outcome = apply(reconcile, executor, datetime.now(UTC), random.Random(7))
+    seconds = time.monotonic() - started
+    replicas = len(reconcile.starts)
+    shards = sum(len(s.files) for s in reconcile.starts)
+    return {
+        "mode": mode,
+        "seconds": round(seconds, 2),
+        "playbook_runs": len(executor.runs),
+        "replicas": replicas,
+        "shards": shards,
+        "started": len(outcome.started),
+        "failed": len(outcome.failed),
+    }
+
+
+def main() -> None:
+    state = testfleet.state_dir()
+    result = testfleet.up(NODES, state=state, say=lambda _: None)
+    fleet = result.fleet
+    on_every_node(fleet, CLEAN + "; " + INSTALL, ENGINE.read_bytes())
+    figures = []
+    with tempfile.TemporaryDirectory(prefix="bench-apply-") as scratch:
+        root = Path(scratch)
+        inventory = inventory_of(fleet, root)
+        known = inventory / KNOWN_HOSTS_NAME
+        for mode, kind in (("batched", AnsibleExecutor), ("per shard", PerShardExecutor)):
+            executor = kind(inventory, known, root / mode.replace(" ", "-") / "logs")
+            figures.append(run(mode, executor, inventory, root / "state"))
+            on_every_node(fleet, CLEAN)
+    batched, naive = figures
+    speedup = float(str(naive["seconds"])) / float(str(batched["seconds"]))
+    python = sys.version.split()[0]
+    print(f"apply benchmark: {NODES} test-fleet nodes, {CATALOG.name}, Python {python}")
+    for figure in figures:
+        print(
+            f"  {figure['mode']:<10} {figure['seconds']:>7} s  {figure['playbook_runs']:>3}"
+            f" playbook runs  {figure['replicas']} replicas / {figure['shards']} shards,"
+            f" {figure['started']} started, {figure['failed']} failed"
+        )
+    verdict = "PASS" if speedup >= GOAL else "FAIL"
+    print(f"  batched is {speedup:.1f}x faster  {verdict}  goal >= {GOAL:g}x")
+    print(json.dumps({"bench": "apply", "figures": figures, "speedup": round(speedup, 2)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,200 @@
+"""ctl reconcile on the real test fleet: real systemd units, real ansible-playbook, the
+stand-in engines answering chat completions — and the three faults recovered from.
+
+One test, in steps, because each step starts from the fleet the previous one left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cli.commands.fleet import gather_fleet
+from cli.commands.options import GatherOptions
+from cli.facts.model import ShardRecord
+from cli.inventory.load import load_inventory
+from tests.integration.conftest import LiveFleet
+
+pytestmark = pytest.mark.fleet
+
+ROOT = Path(__file__).resolve().parents[2]
+ENGINE = ROOT / "tests" / "fakes" / "engine.py"
+CATALOG = ROOT / "examples" / "testfleet" / "catalog.yaml"
+STANDIN_CONFIG = json.dumps({"load_seconds": 0.5})
+
+
+CLEAN = (
+    "for unit in $(systemctl list-units 'modelfleet-*-rank*' --all --plain --no-legend"
+    ' | awk \'{print $1}\'); do systemctl kill -s KILL "$unit"; systemctl stop "$unit";'
+    " done; rm -f /etc/systemd/system/modelfleet-*-rank*.service /etc/modelfleet/shards/*"
+    " /var/lib/modelfleet/shards/*; systemctl daemon-reload; systemctl reset-failed; "
+)
+
+
+def install_standin(fleet: LiveFleet) -> None:
+    """The stand-in engine under the three names ctl's command lines use, on nodes with
+    nothing of ours left from an earlier run."""
+    script = CLEAN + (
+        "set -e; install -d /usr/local/lib/python3.11/dist-packages/sglang"
+        " /etc/modelfleet-fake; cat > /usr/local/bin/vllm; chmod 755 /usr/local/bin/vllm;"
+        " cp /usr/local/bin/vllm /usr/local/bin/llama-server;"
+        " cp /usr/local/bin/vllm /usr/local/lib/python3.11/dist-packages/sglang/launch_server.py;"
+        " : > /usr/local/lib/python3.11/dist-packages/sglang/__init__.py;"
+        f" echo '{STANDIN_CONFIG}' > /etc/modelfleet-fake/standin.json"
+    )
+    for node in fleet.nodes[:3]:
+        subprocess.run(
+            fleet.ssh_command(node.name, f"sh -c {shlex.quote(script)}"),
+            input=ENGINE.read_bytes(), check=True, timeout=60,
+        )  # fmt: skip
+
+
+class Ctl:
+    def __init__(self, fleet: LiveFleet, tmp_path: Path) -> None:
+        self.inventory = tmp_path / "inventory"
+        shutil.copytree(fleet.inventory_dir, self.inventory)
+        # Only the first three nodes: the catalog is made for them.
+        hosts = self.inventory / "hosts.yml"
+        keep = {n.name for n in fleet.nodes[:3]}
+        data = yaml.safe_load(hosts.read_text())
+        data["all"]["hosts"] = {k: v for k, v in data["all"]["hosts"].items() if k in keep}
+        for group in data["all"].get("children", {}).values():
+            group["hosts"] = {k: v for k, v in (group.get("hosts") or {}).items() if k in keep}
+        hosts.write_text(yaml.safe_dump(data, sort_keys=False))
+        # The stand-in loads in half a second: a rank 0 not serving in a minute is broken.
+        with (self.inventory / "group_vars" / "all.yml").open("a") as group_vars:
+            group_vars.write("modelfleet_health_timeout: 60\n")
+        self.state = tmp_path / "state"
+        self.catalog = tmp_path / "catalog.yaml"
+        self.catalog.write_text(CATALOG.read_text())
+
+    def __call__(self, *args: str, lost_after: str = "1h") -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "XDG_STATE_HOME": str(self.state), "COLUMNS": "120"}
+        settings = ["--timeout", "3", "--lost-after", lost_after]
+        inputs = ["--catalog", str(self.catalog), "--inventory", str(self.inventory)]
+        command = [sys.executable, "-m", "cli", *settings, *args, *inputs]
+        return subprocess.run(
+            command, capture_output=True, text=True, env=env, timeout=600, check=False
+        )
+
+    def shards(self) -> dict[str, list[tuple[str, ShardRecord]]]:
+        """replica → its (node, record), from live facts."""
+        options = GatherOptions(state_dir=self.state / "probe", connect_timeout=3)
+        fleet = gather_fleet(load_inventory(self.inventory), self.inventory, options)
+        found: dict[str, list[tuple[str, ShardRecord]]] = {}
+        for node in fleet.snapshot.nodes:
+            if fleet.facts[node.name].error is None:
+                for record in node.shards:
+                    found.setdefault(record.replica, []).append((node.name, record))
+        return found
+
+
+def chat(address: str, port: int, model: str, text: str = "hello") -> dict[str, object]:
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": text}]})
+    request = urllib.request.Request(
+        f"http://{address}:{port}/v1/chat/completions", data=body.encode(),
+        headers={"Content-Type": "application/json"},
+    )  # fmt: skip
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 200
+        return json.loads(response.read())  # type: ignore[no-any-return]
+
+
+def rank0(fleet: LiveFleet, shards: list[tuple[str, ShardRecord]]) -> tuple[str, ShardRecord]:
+    node, record = next((n, r) for n, r in shards if r.rank == 0)
+    return fleet.address(node), record
+
+
+def test_reconcile_runs_the_catalog_and_recovers_without_an_operator(
+    fleet_exclusive: LiveFleet, tmp_path: Path
+) -> None:
+    fleet = fleet_exclusive
+    install_standin(fleet)
+    ctl = Ctl(fleet, tmp_path)
+
+    # 1. An empty fleet gets every replica, and each answers at its rank 0.
+    result = ctl("reconcile")
+    assert result.returncode == 0, result.stdout + result.stderr
+    running = ctl.shards()
+    assert sorted(r.split("-")[0] for r in running) == ["big", "chat", "chat", "embed", "tiny"]
+    for replica, shards in running.items():
+        assert all(r.state == "running" for _, r in shards), (replica, shards)
+        address, record = rank0(fleet, shards)
+        answer = chat(address, record.port or 0, record.model)
+        assert record.model in json.dumps(answer)
+    big = next(shards for replica, shards in running.items() if replica.startswith("big"))
+    assert sorted((n, r.rank) for n, r in big) == [("node-1", 0), ("node-2", 1)]
+    assert ctl("reconcile", "--dry-run").stdout.strip() == (
+        "nothing to do: the fleet runs what the catalog asks"
+    )
+
+    # 2. Kill one shard's process: the replica is failed whole, backed off, rebuilt.
+    worker_node = next(n for n, r in big if r.rank == 1)
+    unit = next(r.unit for n, r in big if r.rank == 1)
+    subprocess.run(fleet.ssh_command(worker_node, "systemctl", "kill", "-s", "KILL", str(unit)),
+                   check=True, timeout=30)  # fmt: skip
+    time.sleep(2)
+    result = ctl("reconcile")
+    assert re.search(r"stop +big-1 +rank 1 on node-2 failed", result.stdout), result.stdout
+    assert re.search(r"wait +big +backoff after 1 failure", result.stdout), result.stdout
+    assert not [r for r in ctl.shards() if r.startswith("big")]  # every rank stopped
+    time.sleep(31)  # the first backoff is at most 30 s
+    result = ctl("reconcile")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "started big-2" in result.stdout
+    rebuilt = ctl.shards()["big-2"]
+    address, record = rank0(fleet, rebuilt)
+    chat(address, record.port or 0, "big")
+
+    # 3. Lower chat's replicas.min: the surplus replica drains, and a request it is
+    #    answering still completes.
+    lowered = ctl.catalog.read_text().replace("{min: 2, max: 3}", "{min: 1, max: 1}")
+    ctl.catalog.write_text(lowered)
+    plan = ctl("reconcile", "--dry-run").stdout
+    drained = re.search(r"drain +(chat-\d+)", plan)
+    assert drained, plan
+    address, record = rank0(fleet, ctl.shards()[drained.group(1)])
+    answers: list[object] = []
+    slow = threading.Thread(
+        target=lambda: answers.append(chat(address, record.port or 0, "chat", "sleep 4"))
+    )
+    slow.start()
+    time.sleep(1)
+    result = ctl("reconcile")
+    slow.join(timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert len(answers) == 1, "the request in flight during the drain did not complete"
+    assert drained.group(1) not in ctl.shards()
+
+    # 4. Stop a node: Unreachable first (left alone), then Lost, and its replica moves.
+    chats = {r: s for r, s in ctl.shards().items() if r.startswith("chat")}
+    (chat_replica, chat_shards), = chats.items()  # fmt: skip
+    lost_node = chat_shards[0][0]
+    fleet.stop(lost_node)
+    result = ctl("reconcile", "--dry-run")
+    assert f"leave  {chat_replica}" in result.stdout or "leave " in result.stdout
+    assert "start  chat" not in result.stdout  # a blip is not a loss
+    result = ctl("reconcile", lost_after="1s")
+    assert re.search(r"start +chat-\d+ +h100x1 +node-\d", result.stdout), result.stdout
+    moved = {r: s for r, s in ctl.shards().items() if r.startswith("chat")}
+    assert moved and all(n != lost_node for s in moved.values() for n, _ in s)
+    fleet.start(lost_node)
+
+    # 5. An empty catalog drains everything: nothing of ours is left running.
+    ctl.catalog.write_text("models: {}\n")
+    result = ctl("reconcile")
+    assert ctl.shards() == {}, result.stdout + result.stderr
+    assert datetime.now(UTC)  # the steps above ran against the real clock
