@@ -42,7 +42,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal, TextIO
+from typing import Any, Final, Literal, TextIO, cast
 
 import yaml
 
@@ -953,16 +953,46 @@ def node_files(
     for path, content in pci_files(name, spec).items():
         files[f"etc/modelfleet-fake/sys/bus/pci/devices/{path}"] = NodeFile(content.encode(), 0o444)
     if spec.gpus is not None and spec.gpus.driver != "missing":
-        files["etc/modelfleet-fake/gpus.json"] = NodeFile(
-            (json.dumps(gpu_data(name, spec), indent=2) + "\n").encode()
-        )
-        files["usr/bin/nvidia-smi"] = NodeFile(FAKE_NVIDIA_SMI.read_bytes(), 0o755)
+        files.update(nvidia_smi_files(name, spec))
+    return files
+
+
+# On a GPU node: /usr/bin/nvidia-smi is a sh script serving the probe's three command lines
+# from outputs precomputed here, and running the Python fake (installed beside, reading
+# gpus.json) for any other (tests/fakes/nvidia_smi.py, fast_path_script).
+NVIDIA_SMI_OUTPUTS: Final = "etc/modelfleet-fake/nvidia-smi"
+NVIDIA_SMI_FAKE: Final = "usr/local/lib/modelfleet-fake/nvidia_smi.py"
+
+
+def nvidia_smi_files(name: str, spec: NodeSpec) -> dict[str, NodeFile]:
+    """The fake nvidia-smi of a GPU node: the fast path, its outputs, the Python fake."""
+    # Here, not at the top: tests/fakes imports this module (when this runs as a script, the
+    # package loads a second copy of it, which is harmless).
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from tests.fakes import nvidia_smi
+
+    data = gpu_data(name, spec)
+    files = {
+        "etc/modelfleet-fake/gpus.json": NodeFile((json.dumps(data, indent=2) + "\n").encode()),
+        NVIDIA_SMI_FAKE: NodeFile(FAKE_NVIDIA_SMI.read_bytes(), 0o755),
+        "usr/bin/nvidia-smi": NodeFile(
+            nvidia_smi.fast_path_script(f"/{NVIDIA_SMI_OUTPUTS}", [f"/{NVIDIA_SMI_FAKE}"]).encode(),
+            0o755,
+        ),
+    }
+    for file_name, content in nvidia_smi.precomputed(cast(nvidia_smi.FakeData, data)).items():
+        files[f"{NVIDIA_SMI_OUTPUTS}/{file_name}"] = NodeFile(content.encode(), 0o444)
     return files
 
 
 # Paths of ours in an upper directory, removed before the files are written again (so a node
 # whose spec lost its GPUs loses its nvidia-smi).
-MANAGED_PATHS: Final = ("etc/modelfleet-fake", "usr/bin/nvidia-smi")
+MANAGED_PATHS: Final = (
+    "etc/modelfleet-fake",
+    "usr/bin/nvidia-smi",
+    "usr/local/lib/modelfleet-fake",
+)
 
 
 def files_digest(files: Mapping[str, NodeFile]) -> str:
@@ -1428,6 +1458,20 @@ def node_state(state: Path, name: str) -> NodeState:
             return "orphaned"
         return "down"
     return "up" if _sshd_answers(node_address(node_index(name))) else "booting"
+
+
+def node_cpu_seconds(name: str, state: Path | None = None) -> float | None:
+    """CPU time used so far by everything in a node (its sshd, the commands run over SSH,
+    its systemd...), from its cgroup2 `cpu.stat`; None without a cgroup2 hierarchy or when
+    the node is down. The benchmark takes differences of it."""
+    state = state or state_dir()
+    for cgroup in _node_cgroups(state, name):
+        with contextlib.suppress(OSError):
+            for line in (cgroup / "cpu.stat").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "usage_usec":
+                    return int(value) / 1e6
+    return None
 
 
 def _log_tail(path: Path, lines: int = 15) -> str:

@@ -20,14 +20,21 @@ The GPUs come from a JSON file (FakeData below): /etc/modelfleet-fake/gpus.json 
 or the file named by $MODELFLEET_FAKE_GPUS. scripts/testfleet writes it from the node's
 spec. Standard library only: it runs under the node's own /usr/bin/python3, isolated
 (-I) and without site (-S), and imports little, so that a call costs about 30 ms.
+
+That is still three Python start-ups per facts probe, most of the probe's CPU time when
+many nodes share a few CPUs. So on a node /usr/bin/nvidia-smi is not this file but the
+small sh script `fast_path_script()` makes: it answers the probe's three command lines
+(PROBE_INVOCATIONS) from outputs this fake computed when the node was set up
+(`precomputed()`), and runs this fake, installed beside the data, for anything else.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final, TextIO, TypedDict, cast
 
 DATA_ENV: Final = "MODELFLEET_FAKE_GPUS"
@@ -405,6 +412,74 @@ def main(
         len(data["processes"]),
         out,
     )
+
+
+# --------------------------------------------------------------------------- fast path
+
+# The facts probe's nvidia-smi command lines, verbatim from cli/facts/probe.sh (a unit test
+# holds them equal to the probe's), by the name of their precomputed outputs.
+PROBE_INVOCATIONS: Final[Mapping[str, tuple[str, ...]]] = {
+    "query-gpu": (
+        "--query-gpu=index,uuid,name,pci.bus_id,memory.total,memory.used,"
+        "ecc.errors.uncorrected.volatile.total",
+        "--format=csv,noheader,nounits",
+    ),
+    "compute-apps": (
+        "--query-compute-apps=gpu_uuid,pid,process_name,used_memory",
+        "--format=csv,noheader,nounits",
+    ),
+    "topo": ("topo", "-m"),
+}
+
+
+def precomputed(data: FakeData) -> dict[str, str]:
+    """What `main()` answers each probe invocation with this data, as the fast path's files:
+    NAME.out (stdout), NAME.err (stderr) and NAME.status (the exit status)."""
+    files: dict[str, str] = {}
+    for name, argv in PROBE_INVOCATIONS.items():
+        out, err = io.StringIO(), io.StringIO()
+        status = main(argv, out, err, data=data)
+        files |= {f"{name}.out": out.getvalue(), f"{name}.err": err.getvalue()}
+        files[f"{name}.status"] = f"{status}\n"
+    return files
+
+
+def fast_path_script(directory: str, fallback: Sequence[str]) -> str:
+    """/usr/bin/nvidia-smi of a node: POSIX sh, no Python for the probe's invocations.
+
+    Exactly the arguments of a PROBE_INVOCATIONS entry print that entry's precomputed
+    stderr and stdout from `directory` and exit with its status (stderr first, as this fake,
+    whose stdout is flushed at exit, would; none of them writes both). Anything else, or a
+    missing file, execs `fallback` (this fake) with the arguments.
+    """
+    import shlex  # here: it imports `re`, which every call of the fake would pay for
+
+    lines = [
+        "#!/bin/sh",
+        "# nvidia-smi of a modelfleet test fleet node (scripts/testfleet): answers the facts",
+        "# probe's three command lines from outputs tests/fakes/nvidia_smi.py computed when the",
+        "# node was set up, without starting Python; runs that fake for anything else.",
+        f"dir={shlex.quote(directory)}",
+        "answer=",
+    ]
+    keyword = "if"
+    for name, argv in PROBE_INVOCATIONS.items():
+        tests = [f'[ "$#" -eq {len(argv)} ]']
+        tests += [f'[ "${number}" = {shlex.quote(arg)} ]' for number, arg in enumerate(argv, 1)]
+        lines.append(f"{keyword} {' && '.join(tests)}; then")
+        lines.append(f"  answer={name}")
+        keyword = "elif"
+    lines += [
+        "fi",
+        'if [ -n "$answer" ] && [ -r "$dir/$answer.status" ]; then',
+        '  [ -s "$dir/$answer.err" ] && cat "$dir/$answer.err" >&2',
+        '  [ -s "$dir/$answer.out" ] && cat "$dir/$answer.out"',
+        '  read -r status < "$dir/$answer.status"',
+        '  exit "$status"',
+        "fi",
+        f'exec {" ".join(shlex.quote(arg) for arg in fallback)} "$@"',
+    ]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ key, the generated inventory, the fake hardware as the probe reads it, stop and 
 from __future__ import annotations
 
 import re
+import shlex
 import socket
 import subprocess
 from pathlib import Path
@@ -19,6 +20,8 @@ from cli.facts.parse import (
     parse_topology,
 )
 from cli.inventory.load import load_inventory
+from tests.fakes import nvidia_smi
+from tests.fakes import testfleet as fleet_script
 from tests.integration.conftest import LiveFleet
 
 pytestmark = pytest.mark.fleet
@@ -184,6 +187,38 @@ def test_the_probe_reads_each_nodes_fake_hardware(testfleet: LiveFleet) -> None:
             ]
             active = [p.rate_gbps for p in ports if p.active]
             assert active == [float(h.rate_gbps) for h in spec.hcas if h.state == "ACTIVE"]
+
+
+def test_nvidia_smi_answers_as_the_python_fake(testfleet: LiveFleet) -> None:
+    """/usr/bin/nvidia-smi is the fake's sh fast path (the probe's three command lines,
+    answered from outputs precomputed at setup) in front of the Python fake (anything else):
+    on every node, its stdout, stderr and exit status are the Python fake's."""
+    invocations = {**nvidia_smi.PROBE_INVOCATIONS, "list": ("-L",), "other": ("topo", "-mp")}
+    python_fake = f"/{fleet_script.NVIDIA_SMI_FAKE}"
+    lines = ["d=$(mktemp -d) || exit 1", "head -n 1 /usr/bin/nvidia-smi"]
+    for name, argv in invocations.items():
+        for side, program in (("a", "nvidia-smi"), ("b", python_fake)):
+            command = shlex.join([program, *argv])
+            lines.append(f'{command} >"$d/{side}.out" 2>"$d/{side}.err"; echo $? >"$d/{side}.st"')
+        lines.append(
+            f'for x in out err st; do cmp -s "$d/a.$x" "$d/b.$x" || echo "{name}: $x differs"; done'
+        )
+        lines.append(f'echo "{name}: $(cat "$d/a.st")"')
+    lines.append('rm -r "$d"')
+    checked = 0
+    for node in testfleet.nodes:
+        if node.spec.gpus is None or node.spec.gpus.driver == "missing":
+            continue
+        result = testfleet.ssh(node.name, "sh", "-s", stdin="\n".join(lines) + "\n")
+        assert result.returncode == 0, result.stderr
+        report = result.stdout.splitlines()
+        assert report[0] == "#!/bin/sh", node.name
+        assert not [line for line in report if line.endswith(" differs")], (node.name, report)
+        expected = "9" if node.spec.gpus.driver == "broken" else "0"
+        assert f"query-gpu: {expected}" in report, (node.name, report)
+        checked += 1
+    if not checked:
+        pytest.skip("no node of this fleet has an nvidia-smi")
 
 
 def test_the_fake_hardware_hides_nothing_real(testfleet: LiveFleet) -> None:

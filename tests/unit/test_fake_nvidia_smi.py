@@ -11,9 +11,11 @@ import io
 import json
 import re
 import shlex
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
@@ -306,3 +308,147 @@ def test_missing_driver_means_no_nvidia_smi_but_pci_devices() -> None:
     vendors = [path for path in files if path.endswith("/vendor")]
     assert len(vendors) == 8
     assert all(files[path].content == b"0x10de\n" for path in vendors)
+
+
+# --------------------------------------------------------------------------- the fast path
+
+FAKE = ROOT / "tests" / "fakes" / "nvidia_smi.py"
+# A fallback that says so: the probe's invocations must never reach it.
+NO_FALLBACK = ["/bin/sh", "-c", 'echo fallback reached: "$@" >&2; exit 99', "fallback"]
+
+
+def _node(index: int, **gpus: Any) -> testfleet.NodeSpec:
+    spec = testfleet.default_spec(index)
+    assert spec.gpus is not None
+    return replace(spec, gpus=replace(spec.gpus, **gpus)) if gpus else spec
+
+
+FAST_PATH_NODES = [
+    ("node-1", _node(1)),  # NVSwitch, ECC 0, four NICs
+    ("node-1", _node(1, driver="broken")),  # no driver: every query fails (exit 9)
+    ("node-3", _node(3)),  # ECC [N/A], no NICs, PCIe only
+    ("node-4", _node(4)),  # NVLink pairs, uncorrected ECC errors on GPU 3
+    ("node-7", _node(7)),  # a process on GPU 5, underlined topo header
+    ("node-7", _node(7, used_mib=1024, processes=())),  # no processes: compute-apps prints nothing
+    (
+        "node-9",
+        testfleet.NodeSpec(
+            memory_gib=32,
+            gpus=testfleet.GpuSpec(model="NVIDIA L4", count=1, memory_mib=23034, ecc=False),
+        ),
+    ),
+]
+FAST_PATH_IDS = [
+    "h100",
+    "broken-driver",
+    "l40s-no-ecc",
+    "a100-pairs-ecc",
+    "processes",
+    "idle",
+    "one-gpu",
+]
+
+
+def install_fast_path(directory: Path, data: FakeData, fallback: list[str]) -> Path:
+    """The node's /usr/bin/nvidia-smi and its precomputed outputs, in a temporary directory."""
+    outputs = directory / "outputs"
+    outputs.mkdir()
+    for name, content in nvidia_smi.precomputed(data).items():
+        (outputs / name).write_text(content)
+    script = directory / "nvidia-smi"
+    script.write_text(nvidia_smi.fast_path_script(str(outputs), fallback))
+    script.chmod(0o755)
+    return script
+
+
+def run_process(
+    command: list[str], environment: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=30, check=False, env=environment
+    )
+    return result.returncode, result.stdout, result.stderr
+
+
+def test_the_fast_path_serves_exactly_the_probes_invocations() -> None:
+    assert {tuple(argv) for argv in probe_invocations().values()} == set(
+        nvidia_smi.PROBE_INVOCATIONS.values()
+    )
+
+
+@pytest.mark.parametrize(("name", "spec"), FAST_PATH_NODES, ids=FAST_PATH_IDS)
+def test_the_fast_path_answers_the_probe_as_the_python_fake_does(
+    name: str, spec: testfleet.NodeSpec, tmp_path: Path
+) -> None:
+    data = fake_data(name, spec)
+    script = install_fast_path(tmp_path, data, NO_FALLBACK)
+    for argv in probe_invocations().values():  # as cli/facts/probe.sh has them
+        assert run_process([str(script), *argv]) == run(argv, data), argv
+
+
+def test_the_cases_above_include_failures_and_empty_output() -> None:
+    answers = {
+        (name, spec.gpus.driver if spec.gpus else None): nvidia_smi.precomputed(
+            fake_data(name, spec)
+        )
+        for name, spec in FAST_PATH_NODES
+    }
+    broken = answers[("node-1", "broken")]
+    assert broken["topo.status"] == "9\n"
+    assert broken["query-gpu.out"] == nvidia_smi.NO_DRIVER
+    assert any(files["compute-apps.out"] == "" for files in answers.values())
+    assert any("[N/A]" in files["query-gpu.out"] for files in answers.values())
+
+
+ANY_OTHER = [
+    ["-L"],
+    ["topo", "-m", "-i", "0"],
+    ["topo", "--matrix"],
+    ["--query-gpu=name,index", "--format=csv"],
+    ["--format=csv,noheader,nounits", "--query-gpu=index"],
+    ["--query-gpu=index,bogus", "--format=csv"],
+    ["-q"],
+    [],
+]
+
+
+@pytest.mark.parametrize("argv", ANY_OTHER, ids=[" ".join(argv) or "none" for argv in ANY_OTHER])
+def test_any_other_invocation_runs_the_python_fake(argv: list[str], tmp_path: Path) -> None:
+    data = fake_data("node-4", testfleet.default_spec(4))
+    gpus_json = tmp_path / "gpus.json"
+    gpus_json.write_text(json.dumps(data))
+    script = install_fast_path(tmp_path, data, [sys.executable, "-IS", str(FAKE)])
+    environment = {"PATH": "/usr/bin:/bin", nvidia_smi.DATA_ENV: str(gpus_json)}
+    assert run_process([str(script), *argv], environment) == run(argv, data)
+
+
+def test_without_its_outputs_the_fast_path_runs_the_python_fake(tmp_path: Path) -> None:
+    data = fake_data("node-7", testfleet.default_spec(7))
+    gpus_json = tmp_path / "gpus.json"
+    gpus_json.write_text(json.dumps(data))
+    script = install_fast_path(tmp_path, data, [sys.executable, "-IS", str(FAKE)])
+    for path in (tmp_path / "outputs").iterdir():
+        path.unlink()
+    environment = {"PATH": "/usr/bin:/bin", nvidia_smi.DATA_ENV: str(gpus_json)}
+    argv = list(nvidia_smi.PROBE_INVOCATIONS["topo"])
+    assert run_process([str(script), *argv], environment) == run(argv, data)
+
+
+def test_a_gpu_node_gets_the_fast_path_its_outputs_and_the_python_fake() -> None:
+    spec = testfleet.default_spec(4)
+    files = testfleet.node_files("node-4", spec, b"key", b"key.pub", b"client.pub")
+    nvidia = files["usr/bin/nvidia-smi"]
+    assert nvidia.mode == 0o755
+    assert nvidia.content.startswith(b"#!/bin/sh\n")
+    assert f"dir=/{testfleet.NVIDIA_SMI_OUTPUTS}\n".encode() in nvidia.content
+    assert nvidia.content.rstrip().endswith(f'exec /{testfleet.NVIDIA_SMI_FAKE} "$@"'.encode())
+    fake = files[testfleet.NVIDIA_SMI_FAKE]
+    assert (fake.content, fake.mode) == (FAKE.read_bytes(), 0o755)
+    assert fake.content.startswith(b"#!/usr/bin/python3 -IS\n")
+    expected = nvidia_smi.precomputed(fake_data("node-4", spec))
+    assert {
+        path.removeprefix(testfleet.NVIDIA_SMI_OUTPUTS + "/"): item.content.decode()
+        for path, item in files.items()
+        if path.startswith(testfleet.NVIDIA_SMI_OUTPUTS + "/")
+    } == expected
+    assert json.loads(files["etc/modelfleet-fake/gpus.json"].content) == fake_data("node-4", spec)
