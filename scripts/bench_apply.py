@@ -26,7 +26,7 @@ from pathlib import Path
 import testfleet
 
 from cli.catalog.load import load_catalog
-from cli.commands.fleet import KNOWN_HOSTS_NAME, gather_fleet
+from cli.commands.fleet import KNOWN_HOSTS_NAME, gather_fleet, serving_addresses
 from cli.commands.options import GatherOptions
 from cli.inventory.load import load_inventory
 from cli.reconcile.apply import apply
@@ -102,8 +102,8 @@ def the_plan(inventory: Path, state: Path) -> Plan:
     catalog = load_catalog(CATALOG)
     hosts = load_inventory(inventory)
     fleet = gather_fleet(hosts, inventory, GatherOptions(state_dir=state))
-    addresses = {h.name: h.address for h in hosts.hosts}
-    return plan(catalog, fleet.snapshot, {}, addresses, random.Random(7))
+    addresses, listen = serving_addresses(hosts)
+    return plan(catalog, fleet.snapshot, {}, addresses, random.Random(7), listen=listen)
 
 
 def run(mode: str, executor: AnsibleExecutor, inventory: Path, state: Path) -> dict[str, object]:

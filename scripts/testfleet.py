@@ -1702,6 +1702,9 @@ def write_access_files(fleet: Fleet) -> None:
             "ansible_host": node.address,
             "ansible_user": "root",
             "ansible_ssh_private_key_file": str(fleet.client_key),
+            # The nodes share the host's network: a shard must listen on its node's own
+            # address, not on every address, or two nodes' shards would take one port.
+            "listen_address": node.address,
         }
         if node.spec.labels:
             host["labels"] = dict(node.spec.labels)

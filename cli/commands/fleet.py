@@ -124,3 +124,18 @@ def load_fleet_for(context: typer.Context, inventory_path: Path, facts_dir: Path
     for name, reason in fleet.unreached.items():
         console.err.print(f"unreachable: {name}: {console.rich_escape(reason)}")
     return fleet
+
+
+def serving_addresses(inventory: Inventory) -> tuple[dict[str, str], dict[str, str]]:
+    """Per node: the address its shards are reached at, and, where the inventory sets
+    one, the address they listen on (otherwise every address)."""
+    reach: dict[str, str] = {}
+    listen: dict[str, str] = {}
+    for host in inventory.hosts:
+        chosen = host.vars.listen_address
+        if chosen is not None and not chosen.is_unspecified:
+            listen[host.name] = str(chosen)
+            reach[host.name] = str(chosen)
+        else:
+            reach[host.name] = host.address
+    return reach, listen

@@ -64,12 +64,13 @@ def place(
                 )
             wanted.append(resolved)
     if not dry_run and wanted:
+        from cli.commands.fleet import serving_addresses
         from cli.commands.reconcile import apply_plan
         from cli.reconcile.planner import plan_manual
         from cli.ui.plan import render_plan
 
-        addresses = {host.name: host.address for host in fleet.inventory.hosts}
-        the_plan = plan_manual(loaded, fleet.snapshot, wanted, addresses)
+        addresses, listen = serving_addresses(fleet.inventory)
+        the_plan = plan_manual(loaded, fleet.snapshot, wanted, addresses, listen)
         console.print_lines(render_plan(the_plan))
         raise SystemExit(apply_plan(context, fleet, the_plan, inventory))
     run = place_models(loaded, fleet.snapshot, wanted)

@@ -93,7 +93,7 @@ def reconcile_pass(
     import random
 
     from cli.catalog.load import load_catalog
-    from cli.commands.fleet import load_fleet_for
+    from cli.commands.fleet import load_fleet_for, serving_addresses
     from cli.reconcile.ledger import load_ledger
     from cli.reconcile.planner import plan
     from cli.ui import console
@@ -102,9 +102,11 @@ def reconcile_pass(
     with console.input_errors():
         loaded = load_catalog(catalog_path)
     fleet = load_fleet_for(context, inventory_path, facts_dir)
-    addresses = {host.name: host.address for host in fleet.inventory.hosts}
+    addresses, listen = serving_addresses(fleet.inventory)
     ledger = load_ledger(_ledger_file(context, inventory_path))
-    the_plan = plan(loaded, fleet.snapshot, ledger, addresses, random.Random(), evict)
+    the_plan = plan(
+        loaded, fleet.snapshot, ledger, addresses, random.Random(), evict, listen=listen
+    )
     console.print_lines(render_plan(the_plan))
     if dry_run:
         incomplete = bool(the_plan.unplaced) or fleet.partial

@@ -137,15 +137,21 @@ def _run(
     command_timeout: float,
 ) -> str:
     client = paramiko.SSHClient()
-    # Keys come from our known_hosts only, in memory: nothing is ever written back.
-    for hostname, keys in host_keys.items():
-        for key_type, key in keys.items():
-            client.get_host_keys().add(hostname, key_type, key)
+    # Keys come from our known_hosts only, in memory: nothing is ever written back. Only
+    # this host's entry: copying every entry into every client costs O(fleet²).
+    entry = target.address if target.port == 22 else f"[{target.address}]:{target.port}"
+    for key_type, key in (host_keys.lookup(entry) or {}).items():
+        client.get_host_keys().add(entry, key_type, key)
     client.set_missing_host_key_policy(_Refuse())
+    sock = socket.create_connection((target.address, target.port), timeout=connect_timeout)
     try:
+        # Small writes both ways (auth, session open): without this, Nagle and delayed
+        # ACKs add tens of milliseconds per round trip.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         client.connect(
             hostname=target.address,
             port=target.port,
+            sock=sock,
             username=target.user,
             key_filename=str(Path(target.key_file).expanduser()) if target.key_file else None,
             timeout=connect_timeout,
@@ -157,6 +163,7 @@ def _run(
         return _exec(client, script, command_timeout)
     finally:
         client.close()
+        sock.close()
 
 
 def _exec(client: paramiko.SSHClient, script: str, timeout: float) -> str:
@@ -206,7 +213,7 @@ def describe_failure(
         return "timed out running the probe"
     if isinstance(error, TimeoutError | socket.timeout):
         return f"timed out after {connect_timeout:g} s"
-    if isinstance(error, paramiko.ssh_exception.NoValidConnectionsError):
+    if isinstance(error, ConnectionRefusedError | paramiko.ssh_exception.NoValidConnectionsError):
         return f"connection refused on port {target.port}"
     if isinstance(error, socket.gaierror):
         return f"cannot resolve {target.address}"

@@ -81,18 +81,31 @@ end listening $?
 
 begin shards
 # One line a shard: its record, a tab, and its unit's state (systemctl is-active), which
-# says whether the process the record describes still runs.
+# says whether the process the record describes still runs. One systemctl call for all.
 if [ -d "$SHARD_DIR" ]; then
+  names=
   for record in "$SHARD_DIR"/*.json; do
     [ -r "$record" ] || continue
     name=${record##*/}
-    name=${name%.json}
-    tr -d '\n' < "$record"
-    if command -v systemctl >/dev/null 2>&1; then
-      state=$(systemctl is-active "modelfleet-$name.service" 2>/dev/null)
-      printf '\t%s' "${state:-unknown}"
+    names="$names ${name%.json}"
+  done
+  states=
+  if [ -n "$names" ] && command -v systemctl >/dev/null 2>&1; then
+    units=
+    for name in $names; do units="$units modelfleet-$name.service"; done
+    # shellcheck disable=SC2086 # names are [A-Za-z0-9._-]: split on purpose
+    states=$(systemctl is-active $units 2>/dev/null)
+  fi
+  # shellcheck disable=SC2086
+  set -- $states
+  for name in $names; do
+    record="$SHARD_DIR/$name.json"
+    if [ -r "$record" ]; then
+      tr -d '\n' < "$record"
+      [ -n "$states" ] && printf '\t%s' "${1:-unknown}"
+      printf '\n'
     fi
-    printf '\n'
+    [ $# -gt 0 ] && shift
   done
 fi
 end shards 0

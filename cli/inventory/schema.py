@@ -21,6 +21,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    IPvAnyAddress,
     StringConstraints,
     field_validator,
     model_validator,
@@ -103,6 +104,9 @@ class HostVars(Strict):
     fabrics: tuple[Fabric, ...] = ()
     cordoned: Annotated[str | None, BeforeValidator(cordon_reason)] = None
     gpu_classes: dict[Name, Name] = Field(default_factory=dict)  # GPU name or glob → class
+    # Where shards listen; None: every address (0.0.0.0). Set it when the node has several
+    # networks and models should be served on one, or nodes share a network namespace.
+    listen_address: IPvAnyAddress | None = None
 
     @field_validator("fabrics")
     @classmethod

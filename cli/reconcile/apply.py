@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Protocol
 
 from cli.facts.model import ShardRecord
-from cli.reconcile.backoff import Backoff, after_failure
+from cli.reconcile.backoff import Backoff, after_failure, failure_key
 from cli.reconcile.planner import Plan, RunningShard, Start, Stop
 from cli.shards.units import ShardFiles, unit_name
 
@@ -96,7 +96,9 @@ def apply(
               report, "stop replicas that did not start")  # fmt: skip
         for start in broken:
             before = outcome.ledger.get(start.model, Backoff())
-            outcome.ledger[start.model] = after_failure(before, start.replica, now, rng)
+            started = ShardRecord.model_validate_json(start.leader.record_text).started
+            key = failure_key(start.replica, started)
+            outcome.ledger[start.model] = after_failure(before, key, now, rng)
     return outcome
 
 

@@ -30,8 +30,13 @@ def delay_bounds(failures: int) -> tuple[timedelta, timedelta]:
     return full / 2, full
 
 
+def failure_key(replica: str, started: datetime | None) -> str:
+    """Names one life of a replica: an id can come back after its replica was destroyed."""
+    return f"{replica}@{started.isoformat() if started else '?'}"
+
+
 def after_failure(backoff: Backoff, replica: str, now: datetime, rng: random.Random) -> Backoff:
-    """One more failure of the model, unless this replica's failure was already counted.
+    """One more failure of the model, unless this one (a `failure_key`) was already counted.
 
     The jitter keeps models that failed together (a switch rebooting) from all coming back
     in the same second.

@@ -35,7 +35,7 @@ from cli.placement.place import (
     place,
     place_replica,
 )
-from cli.reconcile.backoff import Backoff, after_failure
+from cli.reconcile.backoff import Backoff, after_failure, failure_key
 from cli.shards.engines import RENDEZVOUS_OFFSET, Rank
 from cli.shards.units import ShardFiles, shard_files
 
@@ -190,11 +190,13 @@ def plan(
     addresses: Mapping[str, str],
     rng: random.Random,
     evict: frozenset[str] = frozenset(),
+    listen: Mapping[str, str] | None = None,
 ) -> Plan:
     """The changes that bring the fleet to the catalog, as of `snapshot.now`.
 
-    `addresses` maps node → the address other ranks and health checks use. `evict` names
-    nodes being drained: their replicas are replaced elsewhere, then drained.
+    `addresses` maps node → the address other ranks and health checks use; `listen`, the
+    address its shards serve on where that is not every address. `evict` names nodes
+    being drained: their replicas are replaced elsewhere, then drained.
     """
     now = snapshot.now
     nodes = {node.name: node for node in snapshot.nodes}
@@ -218,7 +220,8 @@ def plan(
             stops.append(Stop(replica.replica, replica.model, reachable, why, drain=False))
             notes[replica.model].append(f"rebuilds {replica.replica} ({why})")
             before = new_ledger.get(replica.model, Backoff())
-            new_ledger[replica.model] = after_failure(before, replica.replica, now, rng)
+            key = failure_key(replica.replica, replica.started)
+            new_ledger[replica.model] = after_failure(before, key, now, rng)
         elif bucket is Condition.UNREACHABLE:
             leaves.append(Leave(replica.replica, replica.model, why))
             counted[replica.model].append(replica)
@@ -265,7 +268,10 @@ def plan(
             reason = f"{len(running)} of {want} running"
             if notes[name]:
                 reason += "; " + "; ".join(notes[name])
-            starts.append(_start(placement, placement.profile, addresses, ports, now, reason))
+            starts.append(
+                _start(placement, placement.profile, addresses, ports, now, reason,
+                       listen=listen)
+            )  # fmt: skip
     return Plan(
         now=now,
         stops=tuple(stops),
@@ -338,13 +344,23 @@ def plan_manual(
     snapshot: Snapshot,
     models: Sequence[str],
     addresses: Mapping[str, str],
+    listen: Mapping[str, str] | None = None,
 ) -> Plan:
     """One more replica of each of `models`, started by an operator (`ctl place`): kept by
     reconcile while its model stays within replicas.max."""
     run = place(catalog, snapshot, models)
     ports = _PortBook(snapshot, set())
     starts = tuple(
-        _start(p, p.profile, addresses, ports, snapshot.now, "asked for by ctl place", "manual")
+        _start(
+            p,
+            p.profile,
+            addresses,
+            ports,
+            snapshot.now,
+            "asked for by ctl place",
+            "manual",
+            listen or {},
+        )
         for p in run.placements
         if p.profile is not None
     )
@@ -360,6 +376,7 @@ def _start(
     now: datetime,
     reason: str,
     origin: str = "reconcile",
+    listen: Mapping[str, str] | None = None,
 ) -> Start:
     shards: tuple[ShardPlacement, ...] = placement.shards
     port = ports.take([s.node for s in shards])
@@ -370,7 +387,15 @@ def _start(
             addresses.get(s.node, s.node),
             placement.replica,
             profile,
-            Rank(s.rank, len(shards), port, master, s.gpus, s.hcas),
+            Rank(
+                s.rank,
+                len(shards),
+                port,
+                master,
+                s.gpus,
+                s.hcas,
+                (listen or {}).get(s.node, "0.0.0.0"),
+            ),
             now,
             origin,
         )

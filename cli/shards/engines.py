@@ -29,6 +29,7 @@ class Rank:
     master_address: str  # rank 0's address, as the other ranks reach it
     gpus: tuple[int, ...] = ()
     hcas: tuple[str, ...] = ()
+    listen: str = "0.0.0.0"  # the address the engine serves on
 
     @property
     def rendezvous_port(self) -> int:
@@ -62,7 +63,7 @@ def _vllm(profile: CatalogProfile, place: Rank) -> list[str]:
     spec = profile.spec
     argv = [
         model_argument(profile.source),
-        "--host", "0.0.0.0",
+        "--host", place.listen,
         "--port", str(place.port),
         "--served-model-name", profile.model,
     ]  # fmt: skip
@@ -90,7 +91,7 @@ def _sglang(profile: CatalogProfile, place: Rank) -> list[str]:
     spec = profile.spec
     argv = [
         "--model-path", model_argument(profile.source),
-        "--host", "0.0.0.0",
+        "--host", place.listen,
         "--port", str(place.port),
         "--served-model-name", profile.model,
         "--tp", str(spec.tp),
@@ -117,7 +118,7 @@ def _llama_cpp(profile: CatalogProfile, place: Rank) -> list[str]:
         argv = ["--model-url", source]
     else:
         argv = ["-m", model_argument(source)]
-    argv += ["--host", "0.0.0.0", "--port", str(place.port), "--alias", profile.model]
+    argv += ["--host", place.listen, "--port", str(place.port), "--alias", profile.model]
     if spec.threads is not None:
         argv += ["--threads", str(spec.threads)]
     if spec.context_length is not None:

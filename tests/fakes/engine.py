@@ -1121,8 +1121,10 @@ class Engine:
         listener = socket.socket(family, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            # torch.distributed's store listens on every address, at the master port.
-            listener.bind(("::" if family == socket.AF_INET6 else "", port))
+            # torch.distributed's store listens on every address at the master port; the
+            # stand-in listens on the master address only, so that the test fleet's nodes,
+            # which share one network namespace, can each hold the same port.
+            listener.bind((host, port))
             listener.listen(64)
         except OSError as error:
             listener.close()

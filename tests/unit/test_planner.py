@@ -141,7 +141,7 @@ def test_the_backoff_grows_exponentially_with_jitter_within_bounds() -> None:
     assert delay_bounds(1) == (BASE_DELAY / 2, BASE_DELAY)
     assert delay_bounds(3) == (BASE_DELAY * 2, BASE_DELAY * 4)
     assert delay_bounds(30) == (MAX_DELAY / 2, MAX_DELAY)
-    ledger = {"big": Backoff(failures=3, until=NOW - timedelta(seconds=1), counted=("big-1",))}
+    ledger = {"big": Backoff(failures=3, until=NOW - timedelta(seconds=1), counted=("big-1@?",))}
     fleet = snapshot(
         hgx("hgx-1", fabrics=FABRIC,
             shards=[shard("big-2", "big", range(8), 0, profile="x16", nodes=2, state="failed")]),
@@ -206,3 +206,13 @@ def test_draining_a_node_places_its_replicas_elsewhere_before_they_stop() -> Non
     (start,) = [s for s in result.starts if s.model == "small"]
     assert start.files[0].node != "hgx-1"
     assert not result.stops  # nothing broken: the old replica serves until the new one does
+
+
+def test_a_replica_id_that_comes_back_fails_anew() -> None:
+    fleet = snapshot(
+        hgx("hgx-1", fabrics=FABRIC,
+            shards=[shard("big-1", "big", range(8), 0, profile="x16", nodes=2, state="failed",
+                          started=NOW)]),
+    )  # fmt: skip
+    earlier = Backoff(failures=1, until=NOW, counted=("big-1@2026-11-30T08:00:00+00:00",))
+    assert reconcile(fleet, {"big": earlier}).ledger["big"].failures == 2

@@ -118,3 +118,12 @@ def test_rank_0_says_where_to_check_its_health() -> None:
     place = Rank(rank=0, nodes=1, port=8002, master_address="cpu-1")
     files = shard_files("cpu-1", "10.0.0.9", "coder-1", profile("coder", "cpu"), place, NOW)
     assert files.health_url == "http://10.0.0.9:8002"
+
+
+def test_a_shard_listens_where_its_node_says() -> None:
+    place = Rank(rank=0, nodes=1, port=8002, master_address="10.0.0.9", listen="10.0.0.9")
+    argv = command_line(profile("coder", "cpu"), place)
+    assert argv[argv.index("--host") + 1] == "10.0.0.9"
+    default = Rank(rank=0, nodes=1, port=8002, master_address="10.0.0.9")
+    argv = command_line(profile("coder", "cpu"), default)
+    assert argv[argv.index("--host") + 1] == "0.0.0.0"
