@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from cli.commands import catalog, cordon, facts, nodes, place, reconcile
+from cli.commands import ca, catalog, cordon, facts, nodes, onboard, place, reconcile
 from cli.commands.options import GatherOptions, parse_duration
 
 app = typer.Typer(
@@ -26,7 +26,7 @@ def settings(
         Path | None,
         typer.Option(
             envvar="MODELFLEET_KNOWN_HOSTS",
-            help="The fleet's known_hosts [default: .known_hosts in the inventory's directory].",
+            help="The fleet's known_hosts (default: .known_hosts in the inventory's directory).",
         ),
     ] = None,
     timeout: Annotated[
@@ -65,6 +65,8 @@ app.command("drain")(reconcile.drain)
 app.command("cordon")(cordon.cordon)
 app.command("uncordon")(cordon.uncordon)
 app.add_typer(catalog.app, name="catalog")
+app.add_typer(ca.app, name="ca")
+app.command("onboard-node")(onboard.onboard_node)
 
 
 def main() -> None:

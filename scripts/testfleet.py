@@ -54,7 +54,15 @@ MIRROR_ENV: Final = "MODELFLEET_TESTFLEET_MIRROR"
 DEFAULT_STATE_DIR: Final = Path("/var/tmp/modelfleet-testfleet")
 DEFAULT_MIRROR: Final = "http://deb.debian.org/debian"
 SUITE: Final = "bookworm"
-PACKAGES: Final = ("systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "iproute2")
+PACKAGES: Final = (
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "openssh-server",
+    "python3",
+    "iproute2",
+    "openssl",
+)
 # Units of the debootstrapped system that only make noise in a test node (apt downloads at
 # random times would skew a benchmark).
 QUIET_UNITS: Final = (

@@ -18,8 +18,10 @@ EXIT_INCOMPLETE = 1
 EXIT_BAD_INPUT = 2
 
 # 100 columns when not a terminal, so piped output reads as the docs show it.
-out = Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 100)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(
+    highlight=False, emoji=False, soft_wrap=False, width=None if sys.stdout.isatty() else 100
+)
+err = Console(stderr=True, highlight=False, emoji=False, soft_wrap=True)
 
 
 def print_table(table: RenderableType) -> None:
