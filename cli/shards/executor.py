@@ -29,7 +29,13 @@ class AnsibleExecutor:
     def start(self, shards: Sequence[ShardFiles]) -> dict[tuple[str, str], str]:
         by_host: dict[str, list[dict[str, Any]]] = {}
         for files in shards:
-            by_host.setdefault(files.node, []).append(asdict(files))
+            shard = asdict(files)
+            shard["files"] = [
+                {"path": files.env_path, "content": files.env_text, "mode": "0600"},
+                {"path": files.unit_path, "content": files.unit_text, "mode": "0644"},
+                {"path": files.record_path, "content": files.record_text, "mode": "0644"},
+            ]
+            by_host.setdefault(files.node, []).append(shard)
         run = self._run("start_shards.yml", {"modelfleet_shards": by_host}, list(by_host))
         return _failures(run, {(f.node, f.unit) for f in shards})
 
