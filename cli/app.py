@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from cli.commands import ca, catalog, cordon, facts, nodes, onboard, place, reconcile
+from cli.commands import ca, catalog, cordon, facts, nodes, onboard, place, provision, reconcile
 from cli.commands.options import GatherOptions, parse_duration
 
 app = typer.Typer(
@@ -64,6 +64,7 @@ app.command("reconcile")(reconcile.reconcile)
 app.command("drain")(reconcile.drain)
 app.command("cordon")(cordon.cordon)
 app.command("uncordon")(cordon.uncordon)
+app.command("provision-node")(provision.provision_node)
 app.add_typer(catalog.app, name="catalog")
 app.add_typer(ca.app, name="ca")
 app.command("onboard-node")(onboard.onboard_node)
