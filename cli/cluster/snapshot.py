@@ -237,28 +237,30 @@ def _port_state(hca: str, ports: Sequence[HcaPort]) -> str:
     return "/".join(states) if states else "absent"
 
 
+def with_shards(node: NodeView, shards: Sequence[ShardRecord]) -> NodeView:
+    """`node` running exactly `shards`: the GPUs they hold held, the others free, their
+    memory reserved. A GPU's faults and foreign processes stay as they were."""
+    holders = {gpu: shard.replica for shard in shards for gpu in shard.gpus}
+    gpus = None
+    if node.gpus is not None:
+        gpus = tuple(replace(gpu, held_by=holders.get(gpu.index)) for gpu in node.gpus)
+    return replace(
+        node,
+        shards=tuple(shards),
+        gpus=gpus,
+        memory_reserved_gib=sum(s.memory_gib or 0.0 for s in shards),
+    )
+
+
 def release(snapshot: Snapshot, replicas: Collection[str]) -> Snapshot:
     """The snapshot as it will be once `replicas` are stopped: their GPUs and memory free."""
     if not replicas:
         return snapshot
     gone = set(replicas)
-    nodes = []
-    for node in snapshot.nodes:
-        if not any(shard.replica in gone for shard in node.shards):
-            nodes.append(node)
-            continue
-        shards = tuple(s for s in node.shards if s.replica not in gone)
-        gpus = None
-        if node.gpus is not None:
-            gpus = tuple(
-                replace(gpu, held_by=None) if gpu.held_by in gone else gpu for gpu in node.gpus
-            )
-        nodes.append(
-            replace(
-                node,
-                shards=shards,
-                gpus=gpus,
-                memory_reserved_gib=sum(s.memory_gib or 0.0 for s in shards),
-            )
-        )
-    return replace(snapshot, nodes=tuple(nodes))
+    nodes = tuple(
+        with_shards(node, [s for s in node.shards if s.replica not in gone])
+        if any(s.replica in gone for s in node.shards)
+        else node
+        for node in snapshot.nodes
+    )
+    return replace(snapshot, nodes=nodes)

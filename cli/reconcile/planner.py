@@ -25,7 +25,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from cli.catalog.load import Catalog, CatalogModel, CatalogProfile
-from cli.cluster.snapshot import NodeView, Reachability, Snapshot, release
+from cli.cluster.snapshot import NodeView, Reachability, Snapshot, release, with_shards
 from cli.facts.model import ShardRecord
 from cli.placement.place import (
     PlacementState,
@@ -413,25 +413,8 @@ def applied(plan_: Plan, snapshot: Snapshot) -> Snapshot:
         for files in start.files:
             record = ShardRecord.model_validate_json(files.record_text)
             started.setdefault(files.node, []).append(record)
-    nodes = []
-    for node in after.nodes:
-        new = started.get(node.name, [])
-        if not new:
-            nodes.append(node)
-            continue
-        held = {gpu: r.replica for r in new for gpu in r.gpus}
-        gpus = None
-        if node.gpus is not None:
-            gpus = tuple(
-                replace(g, held_by=held[g.index]) if g.index in held else g for g in node.gpus
-            )
-        shards = (*node.shards, *new)
-        nodes.append(
-            replace(
-                node,
-                shards=shards,
-                gpus=gpus,
-                memory_reserved_gib=sum(s.memory_gib or 0.0 for s in shards),
-            )
-        )
-    return replace(after, nodes=tuple(nodes))
+    nodes = tuple(
+        with_shards(node, [*node.shards, *started[node.name]]) if node.name in started else node
+        for node in after.nodes
+    )
+    return replace(after, nodes=nodes)

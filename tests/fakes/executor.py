@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from cli.cluster.snapshot import Snapshot
+from cli.cluster.snapshot import Snapshot, with_shards
 from cli.facts.model import ShardRecord
 from cli.reconcile.planner import Stop
 from cli.shards.units import ShardFiles, unit_name
@@ -55,12 +55,8 @@ class FakeFleet:
 
     def snapshot(self, before: Snapshot) -> Snapshot:
         """`before` with the shards this fake fleet now runs."""
-        nodes = []
-        for node in before.nodes:
-            shards = tuple(r for (n, _), r in sorted(self.records.items()) if n == node.name)
-            held = {g: r.replica for r in shards for g in r.gpus}
-            gpus = None if node.gpus is None else tuple(
-                replace(g, held_by=held.get(g.index)) for g in node.gpus
-            )  # fmt: skip
-            nodes.append(replace(node, shards=shards, gpus=gpus))
+        nodes = [
+            with_shards(node, [r for (n, _), r in sorted(self.records.items()) if n == node.name])
+            for node in before.nodes
+        ]
         return replace(before, nodes=tuple(nodes))
