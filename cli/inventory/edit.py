@@ -28,7 +28,8 @@ Pure half: `locate`, `set_key`, `remove_key`, `plan_cordon` and `plan_uncordon` 
 and return texts; a plan is checked with the loader's own pure reader before any file is
 touched. I/O half: `cordon_node` and `uncordon_node` read the files as `load_inventory`
 does, write each atomically (keeping its mode), reload the inventory and restore every
-file if the host's cordon is not what was asked or another host's changed.
+file if the host's cordon is not what was asked or another host's changed. That transaction,
+`write_verified`, is also how `ctl onboard-node` adds a host (cli/pki/addhost.py).
 """
 
 from __future__ import annotations
@@ -163,7 +164,7 @@ class _Walker:
                 continue
             section = (*path, key.value)
             if key.value == "vars" and name in self.groups:
-                pair = _pair(value, KEY)
+                pair = mapping_pair(value, KEY)
                 if pair is not None:
                     self.cordons.append(_place(self.file, section, pair[0], "group", name))
             elif key.value == "children" and isinstance(value, MappingNode):
@@ -184,10 +185,10 @@ class _Walker:
             if not isinstance(key, ScalarNode) or self.node not in _names(key.value):
                 continue
             alone = _names(key.value) == [self.node] and self.node in key.value
-            takes_vars = isinstance(value, MappingNode) or _is_null(value)
+            takes_vars = isinstance(value, MappingNode) or is_null(value)
             entry = Entry(self.file, (*path, key.value), key.value, alone, takes_vars)
             self.entries.append(entry)
-            pair = _pair(value, KEY)
+            pair = mapping_pair(value, KEY)
             if pair is not None:
                 scope: Scope = "host" if alone else "range"
                 name = self.node if alone else key.value
@@ -207,7 +208,7 @@ def _place(file: str, path: tuple[str, ...], key: Node, scope: Scope, name: str)
 
 def _cordon_in(source: SourceText, path: tuple[str, ...], scope: Scope, name: str) -> Place | None:
     root = compose(source.text, source.file)
-    pair = _pair(root, KEY)
+    pair = mapping_pair(root, KEY)
     return None if pair is None else _place(source.file, path, pair[0], scope, name)
 
 
@@ -522,19 +523,19 @@ def set_key(text: str, file: str, path: Sequence[str], value: str, key: str = KE
     root = compose(text, file)
     nl = "\r\n" if "\r\n" in text else "\n"
     key_text = json.dumps(key) if file.endswith(".json") else key
-    if not path and (root is None or (_is_null(root) and _is_empty(root))):  # no mapping yet
+    if not path and (root is None or (is_null(root) and _is_empty(root))):  # no mapping yet
         head = text if not text or text.endswith("\n") else text + nl
         new = f"{head}{key_text}: {value}{nl}"
     else:
         found = _find(root, path, file)
         target = found.value
-        pair = _pair(target, key)
+        pair = mapping_pair(target, key)
         if pair is not None:
             _refuse_unsafe(file, path, pair)
             new = _replace_value(text, pair, value)
         elif isinstance(target, MappingNode):
             new = _add_pair(text, target, key_text, value, nl)
-        elif _is_null(target) and found.key is not None and found.parent is not None:
+        elif is_null(target) and found.key is not None and found.parent is not None:
             new = _fill_null(text, found, key_text, value, nl)
         else:
             line = None if target is None else target.start_mark.line + 1
@@ -547,7 +548,7 @@ def remove_key(text: str, file: str, path: Sequence[str], key: str = KEY) -> str
     """The text without `key` in the mapping at `path`: its lines, or its flow item, go."""
     found = _find(compose(text, file), path, file)
     mapping = found.value
-    pair = _pair(mapping, key)
+    pair = mapping_pair(mapping, key)
     if pair is None or not isinstance(mapping, MappingNode):
         return text
     _refuse_unsafe(file, path, pair)
@@ -588,7 +589,7 @@ class _Found:
 def _find(root: Node | None, path: Sequence[str], file: str) -> _Found:
     node, key, parent, columns = root, None, None, [0]
     for part in path:
-        pair = _pair(node, part)
+        pair = mapping_pair(node, part)
         if pair is None or not isinstance(node, MappingNode):
             raise InputError.single(file, None, tuple(path), "no longer there: run ctl again")
         parent, (key, node) = node, pair
@@ -597,7 +598,7 @@ def _find(root: Node | None, path: Sequence[str], file: str) -> _Found:
     return _Found(node, key, parent, step)
 
 
-def _pair(mapping: Node | None, name: str) -> tuple[Node, Node] | None:
+def mapping_pair(mapping: Node | None, name: str) -> tuple[Node, Node] | None:
     if not isinstance(mapping, MappingNode):
         return None
     for key, value in mapping.value:
@@ -606,7 +607,7 @@ def _pair(mapping: Node | None, name: str) -> tuple[Node, Node] | None:
     return None
 
 
-def _is_null(node: Node | None) -> bool:
+def is_null(node: Node | None) -> bool:
     return isinstance(node, ScalarNode) and node.tag == _NULL_TAG
 
 
@@ -721,7 +722,7 @@ Canon = tuple[Any, ...] | None
 
 def _canon(node: Node | None) -> Canon:
     """A node tree as comparable values: tags and scalar values, not styles or positions."""
-    if node is None or _is_null(node):
+    if node is None or is_null(node):
         return None
     if isinstance(node, ScalarNode):
         return ("scalar", node.tag, node.value)
@@ -851,13 +852,40 @@ def commit(plan: Plan, inventory: Path, before: Inventory) -> str:
     """Write the plan's files, reload, and restore them all unless the result is the plan's."""
     if not plan.edits:
         return plan.message
-    saved: list[tuple[Path, bytes | None, int | None]] = []
-    made_dirs: list[Path] = []
+
+    def verify() -> Inventory:
+        try:
+            after = load_inventory(inventory)
+        except InputError as error:
+            raise noted(error, " (after the edit; the original files are restored)") from None
+        problem = _mismatch(plan, before, after)
+        if problem is not None:
+            raise InputError.single(plan.edits[0].file, None, (), problem)
+        return after
+
+    write_verified(plan.edits, missing=None, verify=verify)
+    return plan.message
+
+
+_Saved = tuple[Path, bytes | None, int | None]  # a file's bytes and mode (None: not there)
+
+
+def write_verified(
+    edits: Sequence[FileEdit], *, missing: str | None, verify: Callable[[], Inventory]
+) -> Inventory:
+    """Write `edits` as one transaction: returns what `verify` returns (the inventory read
+    again); restores every file and removes every directory made if anything raises.
+
+    Each file must still have the text its edit was planned from (`missing`: the text a
+    file that is not there counts as). An edit whose `after` is None deletes its file.
+    """
+    saved: list[_Saved] = []
+    made: list[Path] = []
     try:
-        for edit in plan.edits:
+        for edit in edits:
             path = Path(edit.file)
             current = path.read_bytes() if path.exists() else None
-            text = None if current is None else current.decode("utf-8")
+            text = missing if current is None else current.decode("utf-8")
             if text != edit.before:
                 raise InputError.single(
                     edit.file, None, (), "changed while ctl was editing it: run ctl again"
@@ -867,25 +895,18 @@ def commit(plan: Plan, inventory: Path, before: Inventory) -> str:
             if edit.after is None:
                 path.unlink()
             else:
-                made_dirs += _make_parents(path.parent)
+                made += _make_parents(path.parent)
                 write_atomic(path, edit.after.encode("utf-8"), mode)
-        try:
-            after = load_inventory(inventory)
-        except InputError as error:
-            first = error.problems[0]
-            raise InputError.single(
-                first.file,
-                first.line,
-                first.path,
-                f"{first.message} (after the edit; the original files are restored)",
-            ) from None
-        problem = _mismatch(plan, before, after)
-        if problem is not None:
-            raise InputError.single(plan.edits[0].file, None, (), problem)
+        return verify()
     except BaseException:
-        _restore(saved, made_dirs)
+        _restore(saved, made)
         raise
-    return plan.message
+
+
+def noted(error: InputError, note: str) -> InputError:
+    """`error`'s first problem with `note` added to its message."""
+    first = error.problems[0]
+    return InputError.single(first.file, first.line, first.path, f"{first.message}{note}")
 
 
 def _mismatch(plan: Plan, before: Inventory, after: Inventory) -> str | None:
@@ -929,12 +950,12 @@ def write_atomic(path: Path, data: bytes, mode: int | None) -> None:
         raise
 
 
-def _restore(saved: list[tuple[Path, bytes | None, int | None]], made_dirs: list[Path]) -> None:
+def _restore(saved: Sequence[_Saved], made_dirs: Sequence[Path]) -> None:
     for path, data, mode in reversed(saved):
         if data is None:
             path.unlink(missing_ok=True)
         else:
             write_atomic(path, data, mode)
-    for directory in made_dirs:
+    for directory in made_dirs:  # deepest first
         if directory.exists() and not any(directory.iterdir()):
             directory.rmdir()

@@ -33,10 +33,12 @@ from cli.inventory.edit import (
     FileEdit,
     InventoryTexts,
     compose,
+    is_null,
+    mapping_pair,
     quote,
     read_texts,
     set_key,
-    write_atomic,
+    write_verified,
 )
 from cli.inventory.load import SourceText, inventory_from_texts, load_inventory
 from cli.inventory.schema import DEFAULT_SSH_PORT, Host, Inventory
@@ -48,7 +50,6 @@ NEW_HEADER = (  # the text a new inventory file starts from (before is None: not
     f"{CTL_HEADER} (ctl onboard-node): the fleet's Ansible inventory.\n"
     "# Edit it freely: ctl keeps comments and order when it adds a host.\n"
 )
-_NULL_TAG = "tag:yaml.org,2002:null"
 
 
 @dataclass(frozen=True)
@@ -120,15 +121,15 @@ def _plan(texts: InventoryTexts, new: NewHost) -> HostPlan:
     else:
         file, path = found
         changed[file] = text(file)
-    empty = "{}" if file.endswith(".json") else "~"
+    empty = _empty(file)
 
     def put(at: Sequence[str], key: str, value: str) -> None:
         changed[file] = set_key(changed[file], file, at, value, key=key)
 
-    hosts = _pair(_node_at(compose(changed[file], file), path), "hosts")
+    hosts = mapping_pair(_node_at(compose(changed[file], file), path), "hosts")
     if hosts is None:
         put(path, "hosts", empty)
-    elif not (isinstance(hosts[1], MappingNode) or _is_null(hosts[1])):
+    elif not (isinstance(hosts[1], MappingNode) or is_null(hosts[1])):
         raise InputError.single(
             file,
             hosts[0].start_mark.line + 1,
@@ -203,10 +204,8 @@ def _check_host(host: Host, new: NewHost, file: str) -> None:
 
 
 def _check_others(before: Inventory, after: Inventory, name: str, file: str) -> None:
-    old = {h.name: h.model_dump(exclude={"origins"}) for h in before.hosts}
-    new = {h.name: h.model_dump(exclude={"origins"}) for h in after.hosts if h.name != name}
-    if old != new:
-        changed = sorted(n for n in old.keys() | new.keys() if old.get(n) != new.get(n))
+    changed = _changed_hosts(before, after, name)
+    if changed:
         raise InputError.single(
             file,
             None,
@@ -234,7 +233,7 @@ def _find_group(sources: Sequence[SourceText], group: str) -> tuple[str, tuple[s
 
 
 def _find_child(node: Node, path: tuple[str, ...], group: str) -> tuple[str, ...] | None:
-    children = _pair(node, "children")
+    children = mapping_pair(node, "children")
     if children is None or not isinstance(children[1], MappingNode):
         return None
     for key, value in children[1].value:
@@ -251,13 +250,13 @@ def _find_child(node: Node, path: tuple[str, ...], group: str) -> tuple[str, ...
 
 def _add_group(changed: dict[str, str], file: str, group: str) -> tuple[str, ...]:
     """Make `group` in `file`: under all.children when the file has `all:`, else top-level."""
-    empty = "{}" if file.endswith(".json") else "~"
+    empty = _empty(file)
     root = compose(changed[file], file)
-    all_pair = _pair(root, "all")
+    all_pair = mapping_pair(root, "all")
     if group == "all" or all_pair is None:
         changed[file] = set_key(changed[file], file, (), empty, key=_key(group, file))
         return (group,)
-    if _pair(all_pair[1], "children") is None:
+    if mapping_pair(all_pair[1], "children") is None:
         changed[file] = set_key(changed[file], file, ("all",), empty, key="children")
     changed[file] = set_key(changed[file], file, ("all", "children"), empty, _key(group, file))
     return ("all", "children", group)
@@ -266,22 +265,14 @@ def _add_group(changed: dict[str, str], file: str, group: str) -> tuple[str, ...
 def _node_at(root: Node | None, path: Sequence[str]) -> Node | None:
     node = root
     for part in path:
-        pair = _pair(node, part)
+        pair = mapping_pair(node, part)
         node = None if pair is None else pair[1]
     return node
 
 
-def _pair(mapping: Node | None, name: str) -> tuple[Node, Node] | None:
-    if not isinstance(mapping, MappingNode):
-        return None
-    for key, value in mapping.value:
-        if isinstance(key, ScalarNode) and key.value == name:
-            return key, value
-    return None
-
-
-def _is_null(node: Node) -> bool:
-    return isinstance(node, ScalarNode) and node.tag == _NULL_TAG
+def _empty(file: str) -> str:
+    """An empty value, to set_key a mapping that is filled in next."""
+    return "{}" if file.endswith(".json") else "~"
 
 
 def _key(name: str, file: str) -> str:
@@ -322,33 +313,17 @@ def read_inventory_texts(inventory: Path, name: str) -> InventoryTexts:
 def commit_host(plan: HostPlan, inventory: Path, before: Inventory | None) -> Inventory:
     """Write the plan's files, read the inventory again and check it; restore them all if
     anything is not as planned."""
-    saved: list[tuple[Path, bytes | None, int | None]] = []
-    made: list[Path] = []
-    try:
-        for edit in plan.edits:
-            path = Path(edit.file)
-            current = path.read_bytes() if path.exists() else None
-            text = NEW_HEADER if current is None else current.decode("utf-8")
-            if text != edit.before:
-                raise InputError.single(
-                    edit.file, None, (), "changed while ctl was editing it: run ctl again"
-                )
-            mode = path.stat().st_mode & 0o7777 if current is not None else None
-            saved.append((path, current, mode))
-            made += [p for p in (path.parent, *path.parent.parents) if not p.exists()]
-            path.parent.mkdir(parents=True, exist_ok=True)
-            assert edit.after is not None
-            write_atomic(path, edit.after.encode("utf-8"), mode)
+
+    def verify() -> Inventory:
         after = load_inventory(inventory)
         problem = _mismatch(plan, before, after)
         if problem is not None:
             raise InputError.single(
                 plan.edits[0].file, None, (), f"{problem}; the original files are restored"
             )
-    except BaseException:
-        _restore(saved, made)
-        raise
-    return after
+        return after
+
+    return write_verified(plan.edits, missing=NEW_HEADER, verify=verify)
 
 
 def _mismatch(plan: HostPlan, before: Inventory | None, after: Inventory) -> str | None:
@@ -364,18 +339,12 @@ def _mismatch(plan: HostPlan, before: Inventory | None, after: Inventory) -> str
 
 
 def _same_hosts(before: Inventory, after: Inventory, name: str) -> str | None:
-    old = {h.name: h.model_dump(exclude={"origins"}) for h in before.hosts}
-    new = {h.name: h.model_dump(exclude={"origins"}) for h in after.hosts if h.name != name}
-    changed = sorted(n for n in old.keys() | new.keys() if old.get(n) != new.get(n))
+    changed = _changed_hosts(before, after, name)
     return f"the edit changed {', '.join(changed)}" if changed else None
 
 
-def _restore(saved: list[tuple[Path, bytes | None, int | None]], made: list[Path]) -> None:
-    for path, data, mode in reversed(saved):
-        if data is None:
-            path.unlink(missing_ok=True)
-        else:
-            write_atomic(path, data, mode)
-    for directory in made:  # deepest first
-        if directory.exists() and not any(directory.iterdir()):
-            directory.rmdir()
+def _changed_hosts(before: Inventory, after: Inventory, name: str) -> list[str]:
+    """The hosts, other than `name`, that `after` has otherwise than `before` (or not)."""
+    old = {h.name: h.model_dump(exclude={"origins"}) for h in before.hosts}
+    new = {h.name: h.model_dump(exclude={"origins"}) for h in after.hosts if h.name != name}
+    return sorted(n for n in old.keys() | new.keys() if old.get(n) != new.get(n))

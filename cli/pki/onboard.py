@@ -31,11 +31,19 @@ from cryptography.hazmat.primitives import serialization
 
 from cli.errors import InputError, near_miss
 from cli.facts.gather import fingerprint
+from cli.inventory.edit import noted
 from cli.inventory.load import load_inventory
-from cli.inventory.schema import Host, Inventory
+from cli.inventory.schema import DEFAULT_SSH_PORT, Host, Inventory
 from cli.pki import node as remote
 from cli.pki import ssh
-from cli.pki.addhost import HostPlan, NewHost, commit_host, plan_new_host, read_inventory_texts
+from cli.pki.addhost import (
+    DEFAULT_USER,
+    HostPlan,
+    NewHost,
+    commit_host,
+    plan_new_host,
+    read_inventory_texts,
+)
 from cli.pki.certs import (
     CertificateError,
     NodeNames,
@@ -143,13 +151,8 @@ def onboard(
         try:
             inventory = commit_host(target.plan, request.inventory, before)
         except InputError as error:
-            first = error.problems[0]
-            raise InputError.single(
-                first.file,
-                first.line,
-                first.path,
-                f"{first.message}; the node has its certificate: run ctl onboard-node again",
-            ) from None
+            again = "; the node has its certificate: run ctl onboard-node again"
+            raise noted(error, again) from None
         say(f"{request.name}: added to the inventory ({target.plan.where})")
     else:
         inventory = load_inventory(request.inventory)
@@ -179,7 +182,7 @@ def _target(request: Request) -> _Target:
         )
     if inventory is not None:
         for host in inventory.hosts:
-            if host.address == request.address and host.port == (request.port or 22):
+            if host.address == request.address and host.port == (request.port or DEFAULT_SSH_PORT):
                 raise InputError.single(
                     str(request.inventory),
                     None,
@@ -209,7 +212,7 @@ def _existing(request: Request, host: Host, key_file: Path | None) -> _Target:
         differ.append(f"--host {request.address} (the inventory has {host.address})")
     if request.port is not None and request.port != host.port:
         differ.append(f"--port {request.port} (the inventory has {host.port})")
-    if request.user is not None and request.user != (host.user or "root"):
+    if request.user is not None and request.user != (host.user or DEFAULT_USER):
         differ.append(f"--user {request.user} (the inventory has {host.user})")
     if request.group is not None and request.group not in host.groups:
         differ.append(f"--group {request.group} (it is in {', '.join(host.groups)})")
@@ -227,7 +230,7 @@ def _existing(request: Request, host: Host, key_file: Path | None) -> _Target:
         )
     if key_file is None and host.private_key_file is not None:
         key_file = Path(host.private_key_file).expanduser()
-    return _Target(host.address, host.port, host.user or "root", key_file, None)
+    return _Target(host.address, host.port, host.user or DEFAULT_USER, key_file, None)
 
 
 # --- 2 and 3. the host key ------------------------------------------------------------------
