@@ -7,7 +7,18 @@ from typing import Annotated
 
 import typer
 
-from cli.commands import ca, catalog, cordon, facts, nodes, onboard, place, provision, reconcile
+from cli.commands import (
+    ca,
+    catalog,
+    cordon,
+    facts,
+    nodes,
+    onboard,
+    place,
+    provision,
+    reconcile,
+    routes,
+)
 from cli.commands.options import GatherOptions, parse_duration
 
 app = typer.Typer(
@@ -61,6 +72,7 @@ app.command("place")(place.place)
 app.command("nodes")(nodes.nodes)
 app.command("facts")(facts.facts)
 app.command("reconcile")(reconcile.reconcile)
+app.command("routes")(routes.routes)
 app.command("drain")(reconcile.drain)
 app.command("cordon")(cordon.cordon)
 app.command("uncordon")(cordon.uncordon)

@@ -9,6 +9,10 @@
 
 One executor call per phase for all the shards in it, not one per shard. An interrupt
 during a start phase stops every replica of the plan that was being started.
+
+With a Router (docs/routing.md), the routers follow: broken replicas leave them before
+phase 1; after phase 3 one update adds the replicas whose rank 0 serves and withdraws the
+ones about to be drained, and phase 4 runs only once every router has it.
 """
 
 from __future__ import annotations
@@ -38,6 +42,15 @@ class Executor(Protocol):
         ...
 
 
+class Router(Protocol):
+    """What sends clients' requests to the replicas: the routers, or a fake in tests."""
+
+    def route(self, add: Sequence[Start], withdraw: Sequence[Stop]) -> str | None:
+        """Send requests to `add` too (their rank 0 serves) and no more to `withdraw`;
+        return once every router has the change: None, or why it could not be made."""
+        ...
+
+
 @dataclass
 class Outcome:
     started: list[str] = field(default_factory=list)
@@ -46,10 +59,11 @@ class Outcome:
     stop_failures: dict[str, str] = field(default_factory=dict)
     phases: list[str] = field(default_factory=list)  # what ran, in order
     ledger: dict[str, Backoff] = field(default_factory=dict)
+    route_failures: list[str] = field(default_factory=list)  # router updates that failed
 
     @property
     def complete(self) -> bool:
-        return not self.failed and not self.stop_failures
+        return not self.failed and not self.stop_failures and not self.route_failures
 
 
 def apply(
@@ -58,9 +72,11 @@ def apply(
     now: datetime,
     rng: random.Random,
     report: Callable[[str], None] = lambda _: None,
+    router: Router | None = None,
 ) -> Outcome:
     outcome = Outcome(ledger=dict(plan.ledger))
     if plan.stops:
+        _route(router, [], plan.stops, outcome, report)
         _stop(plan.stops, executor, outcome, report, "stop broken replicas")
     pending = list(plan.starts)
     try:
@@ -80,7 +96,13 @@ def apply(
               "stop interrupted starts")  # fmt: skip
         raise
     outcome.started = [s.replica for s in pending if s.replica not in outcome.failed]
-    if plan.drains:
+    serving = [s for s in pending if s.replica not in outcome.failed]
+    if (serving or plan.drains) and not _route(router, serving, plan.drains, outcome, report):
+        # A router may still send them requests: they serve on until the next pass.
+        why = f"not drained: the routers could not be updated first ({outcome.route_failures[-1]})"
+        for stop in plan.drains:
+            outcome.stop_failures[stop.replica] = why
+    elif plan.drains:
         # Rank 0 first: it stops taking requests and drains; a worker stopped first would
         # take rank 0 down with it, in-flight requests and all.
         firsts = [_ranks(stop, lambda rank: rank == 0) for stop in plan.drains]
@@ -100,6 +122,25 @@ def apply(
             key = failure_key(start.replica, started)
             outcome.ledger[start.model] = after_failure(before, key, now, rng)
     return outcome
+
+
+def _route(
+    router: Router | None,
+    add: Sequence[Start],
+    withdraw: Sequence[Stop],
+    outcome: Outcome,
+    report: Callable[[str], None],
+) -> bool:
+    """Update the routers, if any; whether they have the change."""
+    if router is None:
+        return True
+    changes = [f"+{s.replica}" for s in add] + [f"-{s.replica}" for s in withdraw]
+    report(f"routes: {', '.join(changes)}")
+    outcome.phases.append("route")
+    why = router.route(add, withdraw)
+    if why is not None:
+        outcome.route_failures.append(why)
+    return why is None
 
 
 def _fail(starts: Sequence[Start], failures: dict[tuple[str, str], str], outcome: Outcome) -> None:

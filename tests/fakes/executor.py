@@ -2,7 +2,9 @@
 
 It keeps the shard records each node would hold, starts and stops them as the playbooks
 would, and can be told to fail a shard or to be interrupted, so apply() is tested for
-what ends up running, not for which mocks were called.
+what ends up running, not for which mocks were called. It is also a Router: it keeps the
+replicas a router would send requests to, and notes every replica stopped while still
+routed and every one routed before its rank 0 served.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from cli.cluster.snapshot import Snapshot, with_shards
 from cli.facts.model import ShardRecord
-from cli.reconcile.planner import Stop
+from cli.reconcile.planner import Start, Stop
 from cli.shards.units import ShardFiles, unit_name
 
 
@@ -22,6 +24,10 @@ class FakeFleet:
     fail: set[tuple[str, int]] = field(default_factory=set)  # (replica, rank) that won't start
     interrupt_on_rank0: bool = False
     calls: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    routed: set[str] = field(default_factory=set)  # replicas the router sends requests to
+    route_error: str | None = None  # set: every router update fails with this
+    stopped_while_routed: list[str] = field(default_factory=list)
+    routed_before_serving: list[str] = field(default_factory=list)
 
     def start(self, shards: Sequence[ShardFiles]) -> dict[tuple[str, str], str]:
         self.calls.append(("start", tuple(f"{f.replica}/{f.rank}" for f in shards)))
@@ -45,10 +51,24 @@ class FakeFleet:
 
     def stop(self, stops: Sequence[Stop]) -> dict[tuple[str, str], str]:
         self.calls.append(("stop", tuple(s.replica for s in stops)))
+        self.stopped_while_routed += [s.replica for s in stops if s.replica in self.routed]
         for stop in stops:
             for shard in stop.shards:
                 self.records.pop((shard.node, unit_name(stop.replica, shard.record.rank)), None)
         return {}
+
+    def route(self, add: Sequence[Start], withdraw: Sequence[Stop]) -> str | None:
+        changes = [f"+{s.replica}" for s in add] + [f"-{s.replica}" for s in withdraw]
+        self.calls.append(("route", tuple(changes)))
+        if self.route_error is not None:
+            return self.route_error
+        for start in add:
+            leader = self.records.get((start.leader.node, start.leader.unit))
+            if leader is None or leader.state != "running":
+                self.routed_before_serving.append(start.replica)
+        self.routed |= {s.replica for s in add}
+        self.routed -= {s.replica for s in withdraw}
+        return None
 
     def running(self) -> set[str]:
         return {record.replica for record in self.records.values()}

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from cli.reconcile.apply import apply
-from cli.reconcile.planner import plan
+from cli.reconcile.planner import Plan, plan
 from tests.builders import NOW, catalog, hgx, shard, snapshot
 from tests.fakes.executor import FakeFleet
 
@@ -89,3 +89,62 @@ def test_broken_replicas_stop_before_anything_starts_and_drains_come_last() -> N
     ]  # fmt: skip
     assert fake.calls[0] == ("stop", ("small-1",))
     assert fake.calls[-1] == ("stop", ("gone-1",))
+
+
+def broken_and_retired() -> tuple[FakeFleet, Plan]:
+    """small-1 failed (stopped first), gone-1 wanted by nobody (drained last); both routed."""
+    fleet = snapshot(
+        hgx("hgx-1", fabrics=FABRIC,
+            shards=[shard("small-1", "small", [0, 1], profile="x2", state="failed"),
+                    shard("gone-1", "gone", [2], port=8001)]),
+        *(hgx(f"hgx-{i}", fabrics=FABRIC) for i in range(2, 5)),
+    )  # fmt: skip
+    fake = FakeFleet(routed={"small-1", "gone-1"})
+    for node in fleet.nodes:
+        for record in node.shards:
+            fake.records[(node.name, str(record.unit))] = record
+    return fake, plan(MODELS, fleet, {}, ADDRESSES, random.Random(1))
+
+
+def test_routers_drop_a_replica_before_it_stops_and_add_one_only_once_it_serves() -> None:
+    fake, the_plan = broken_and_retired()
+    outcome = apply(the_plan, fake, NOW, random.Random(1), router=fake)
+    verbs = [verb for verb, _ in fake.calls]
+    assert verbs == ["route", "stop", "start", "start", "route", "stop"]
+    assert fake.calls[0] == ("route", ("-small-1",))
+    assert fake.calls[4] == ("route", ("+big-1", "-gone-1"))  # small backs off after its failure
+    assert fake.stopped_while_routed == []
+    assert fake.routed_before_serving == []
+    assert fake.routed == {"big-1"} == set(outcome.started)
+    assert outcome.phases == [
+        "route", "stop broken replicas", "start workers", "start rank 0", "route",
+        "drain retired replicas",
+    ]  # fmt: skip
+    assert outcome.complete
+
+
+def test_a_replica_that_did_not_start_is_never_routed() -> None:
+    fake = FakeFleet(fail={("big-1", 1)})
+    the_plan = plan(MODELS, FLEET, {}, ADDRESSES, random.Random(1))
+    apply(the_plan, fake, NOW, random.Random(1), router=fake)
+    routes = [changes for verb, changes in fake.calls if verb == "route"]
+    assert routes == [("+small-1", "+small-2")]
+    assert fake.routed == {"small-1", "small-2"}
+
+
+def test_when_the_routers_cannot_be_updated_retired_replicas_keep_serving() -> None:
+    fake, the_plan = broken_and_retired()
+    fake.route_error = "router-1: unreachable"
+    outcome = apply(the_plan, fake, NOW, random.Random(1), router=fake)
+    assert "gone-1" in fake.running()  # not drained: a router may still send it requests
+    assert "routers could not be updated" in outcome.stop_failures["gone-1"]
+    assert "router-1: unreachable" in outcome.stop_failures["gone-1"]
+    assert "small-1" not in fake.running()  # broken: stopped all the same
+    assert not outcome.complete
+    assert outcome.route_failures == ["router-1: unreachable"] * 2
+
+
+def test_without_a_router_an_apply_routes_nothing() -> None:
+    fake, the_plan = broken_and_retired()
+    apply(the_plan, fake, NOW, random.Random(1))
+    assert "route" not in [verb for verb, _ in fake.calls]

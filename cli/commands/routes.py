@@ -1,0 +1,105 @@
+"""`ctl routes`: which replicas answer each model and alias, and the router that says so."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from cli.commands.options import (
+    DEFAULT_CATALOG,
+    DEFAULT_INVENTORY,
+    CatalogOption,
+    FactsOption,
+    InventoryOption,
+    JsonOption,
+)
+
+if TYPE_CHECKING:
+    from cli.inventory.schema import Inventory
+    from cli.routes.table import RouteTable
+
+
+def routes(
+    context: typer.Context,
+    as_json: JsonOption = False,
+    litellm: Annotated[
+        bool,
+        typer.Option("--litellm", help="Print the table as a LiteLLM proxy config.yaml."),
+    ] = False,
+    apply: Annotated[
+        bool,
+        typer.Option(
+            "--apply",
+            help="Point the inventory group `routers` at this table: install, configure, reload.",
+        ),
+    ] = False,
+    catalog: CatalogOption = DEFAULT_CATALOG,
+    inventory: InventoryOption = DEFAULT_INVENTORY,
+    facts: FactsOption = None,
+) -> None:
+    """The routing table: for each model and alias, the rank-0 endpoint of every ready
+    replica, its fallbacks in order, and what is missing (docs/routing.md).
+
+    Exit code 0 when every model that wants replicas has a ready one, 1 when one has
+    none (or a router could not be updated), 2 on bad input.
+    """
+    from cli.catalog.load import load_catalog
+    from cli.commands.fleet import load_fleet_for, serving_addresses
+    from cli.routes.litellm import render
+    from cli.routes.table import route_table, routes_json
+    from cli.ui import console
+    from cli.ui.routes import route_notes, routes_table
+
+    if apply and facts is not None:
+        console.fail("--facts reads a snapshot: routers are pointed at live facts only")
+    with console.input_errors():
+        loaded = load_catalog(catalog)
+    fleet = load_fleet_for(context, inventory, facts)
+    addresses, _ = serving_addresses(fleet.inventory)
+    table = route_table(loaded, fleet.snapshot, addresses)
+    if as_json:
+        console.print_json(routes_json(table))
+    elif litellm:
+        sys.stdout.write(render(table))
+    else:
+        console.print_table(routes_table(table))
+        console.print_lines(route_notes(table))
+    code = console.EXIT_OK if table.complete else console.EXIT_INCOMPLETE
+    if apply:
+        code = max(code, _apply(context, fleet.inventory, inventory, table))
+    raise SystemExit(code)
+
+
+def _apply(
+    context: typer.Context, loaded: Inventory, inventory_path: Path, table: RouteTable
+) -> int:
+    """Push `table` to the routers; the exit code."""
+    from cli.commands.fleet import fleet_known_hosts
+    from cli.commands.options import GatherOptions
+    from cli.facts.cache import state_dir
+    from cli.routes.deploy import RouterDeployer, failure_text, router_hosts
+    from cli.ui import console
+
+    hosts = router_hosts(loaded)
+    if not hosts:
+        console.fail(f"no hosts in the inventory group routers of {inventory_path}")
+    options = context.obj if isinstance(context.obj, GatherOptions) else GatherOptions()
+    deployer = RouterDeployer(
+        hosts,
+        inventory_path,
+        fleet_known_hosts(inventory_path, options),
+        (options.state_dir or state_dir()) / "logs",
+        on_run=lambda run: console.err.print(
+            f"  {run.playbook}: exit {run.returncode}, {run.changed} change(s),"
+            f" {run.seconds:.1f} s — log {run.log}"
+        ),
+    )
+    failures = deployer.push(table)
+    if failures:
+        console.err.print(f"routers not updated: {console.rich_escape(failure_text(failures))}")
+        return console.EXIT_INCOMPLETE
+    console.err.print(f"routers updated: {', '.join(hosts)}")
+    return console.EXIT_OK

@@ -1,0 +1,113 @@
+"""Point the inventory's `routers` at a routing table: the router playbook, run by ctl.
+
+An edge: it runs cli/playbooks/deploy_router.yml with ansible-playbook, passing the LiteLLM
+configuration rendered from the table (marked unsafe: never templated) and the replicas
+the routers must serve once they have reloaded it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from cli.catalog.load import Catalog
+from cli.cluster.snapshot import Snapshot
+from cli.inventory.schema import Inventory
+from cli.reconcile.planner import Start, Stop
+from cli.routes.litellm import LITELLM_VERSION, RouterSettings, deployment_ids, render
+from cli.routes.table import RouteTable, route_table
+from cli.shards.ansible import PlaybookRun, run_playbook
+
+ROUTERS_GROUP = "routers"
+PLAYBOOK = "deploy_router.yml"
+
+
+def router_hosts(inventory: Inventory) -> tuple[str, ...]:
+    """The hosts of the inventory group `routers`; none: ctl manages no router."""
+    return inventory.groups.get(ROUTERS_GROUP, ())
+
+
+def router_variables(table: RouteTable, settings: RouterSettings | None = None) -> dict[str, Any]:
+    return {
+        "modelfleet_router_config": render(table, settings),
+        "modelfleet_router_deployments": deployment_ids(table),
+        "modelfleet_router_tested_version": LITELLM_VERSION,
+    }
+
+
+class RouterDeployer:
+    """Runs the router playbook on the routers; says per router what failed."""
+
+    def __init__(
+        self,
+        hosts: Sequence[str],
+        inventory: Path,
+        known_hosts: Path,
+        log_dir: Path,
+        on_run: Callable[[PlaybookRun], None] = lambda _: None,
+    ) -> None:
+        self.hosts = tuple(hosts)
+        self.inventory = inventory
+        self.known_hosts = known_hosts
+        self.log_dir = log_dir
+        self.on_run = on_run
+        self.runs: list[PlaybookRun] = []
+
+    def push(self, table: RouteTable) -> dict[str, str]:
+        """Install, configure and reload every router for `table`; router → why it failed."""
+        run = run_playbook(
+            PLAYBOOK,
+            self.inventory,
+            router_variables(table),
+            sorted(self.hosts),
+            self.log_dir,
+            self.known_hosts,
+        )
+        self.runs.append(run)
+        self.on_run(run)
+        failures: dict[str, str] = {}
+        for (host, _), why in run.failures().items():
+            failures.setdefault(host, why)
+        if run.returncode != 0 and not failures:
+            failures = dict.fromkeys(self.hosts, f"ansible-playbook exited {run.returncode}")
+        return failures
+
+
+def failure_text(failures: Mapping[str, str]) -> str:
+    return "; ".join(f"{host}: {why}" for host, why in sorted(failures.items()))
+
+
+class PlaybookRouter:
+    """The Router of an apply (cli.reconcile.apply): the table of the pass's snapshot, with
+    the replicas withdrawn so far taken out and those started so far put in, pushed to
+    every router at each change."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        snapshot: Snapshot,
+        addresses: Mapping[str, str],
+        deployer: RouterDeployer,
+    ) -> None:
+        self.catalog = catalog
+        self.snapshot = snapshot
+        self.addresses = dict(addresses)
+        self.deployer = deployer
+        self.withdrawn: set[str] = set()
+        self.started: list[Start] = []
+
+    def table(self) -> RouteTable:
+        return route_table(
+            self.catalog, self.snapshot, self.addresses, self.withdrawn, self.started
+        )
+
+    def route(self, add: Sequence[Start], withdraw: Sequence[Stop]) -> str | None:
+        self.started += add
+        self.withdrawn |= {stop.replica for stop in withdraw}
+        return self.sync()
+
+    def sync(self) -> str | None:
+        """Push the current table; None when every router has it."""
+        failures = self.deployer.push(self.table())
+        return failure_text(failures) if failures else None

@@ -1,0 +1,61 @@
+"""`ctl routes` for people: one row per model and per alias, then what is missing."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from cli.routes.table import ModelRoute, RouteTable
+from cli.ui.console import wrap
+
+
+def _ready(route: ModelRoute) -> str:
+    return f"{len(route.endpoints)}/{route.replicas_min}"
+
+
+def _endpoints(route: ModelRoute) -> str:
+    if route.ready:
+        return "\n".join(r.url or "" for r in route.endpoints)
+    if route.served_by is not None:
+        return f"→ {route.served_by}"
+    return "-"
+
+
+def routes_table(table: RouteTable) -> Table:
+    """NAME (model or alias), MODEL (what an alias stands for), READY (ready replicas /
+    replicas.min), ENDPOINTS (rank 0 of each ready replica, or → the fallback answering),
+    FALLBACKS (the order requests fall back in)."""
+    grid = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("NAME", "MODEL", "READY", "ENDPOINTS", "FALLBACKS"):
+        grid.add_column(column, no_wrap=column != "FALLBACKS", overflow="fold")
+    for route in table.models:
+        style = "" if route.ready else ("red" if route.served_by is None else "yellow")
+        fallbacks = ", ".join(route.chain) or "-"
+        cells = (_ready(route), _endpoints(route), fallbacks)
+        grid.add_row(route.model, "-", *cells, style=style or None)
+        for alias in route.aliases:
+            grid.add_row(alias, route.model, *cells, style=style or None)
+    return grid
+
+
+def route_notes(table: RouteTable) -> list[str]:
+    """A line for every model without a ready replica: why, and who answers for it."""
+    lines = []
+    for route in table.models:
+        if route.ready:
+            continue
+        if not route.wanted and not route.replicas:
+            continue
+        if route.served_by is not None:
+            answer = f"{route.served_by} answers for it"
+        elif route.chain:
+            answer = "no fallback has a ready replica either"
+        else:
+            answer = "it has no fallback"
+        lines += wrap(f"{route.model}: no ready replica ({route.missing}); {answer}", "  ")
+    for replica in table.unrouted:
+        lines += wrap(
+            f"{replica.replica}: not routed: no catalog model {replica.model} (reconcile drains"
+            " it)",
+            "  ",
+        )
+    return lines

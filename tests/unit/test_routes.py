@@ -1,0 +1,286 @@
+"""The routing table and its LiteLLM configuration, on synthetic snapshots. Pure."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+from pathlib import Path
+
+import yaml
+
+from cli.facts.model import ShardRecord
+from cli.reconcile.planner import plan
+from cli.routes.litellm import RouterSettings, deployment_ids, litellm_config, render
+from cli.routes.table import (
+    ROUTES_FORMAT,
+    State,
+    endpoint_url,
+    fallback_chain,
+    route_table,
+    routes_json,
+)
+from tests.builders import NOW, NodeSpec, catalog, hgx, shard, snapshot
+from tests.unit.test_pure_core import FORBIDDEN, imported_roots
+
+MODELS = catalog(
+    """\
+    models:
+      big:
+        source: hf://org/big
+        aliases: [chat, assistant]
+        fallbacks: [mid, small]
+        replicas: {min: 1}
+        profiles:
+          - {name: x16, priority: 1, engine: sglang, gpu_class: H100, gpus_per_node: 8,
+             nodes: 2, tensor_parallel: 16}
+      mid:
+        source: hf://org/mid
+        fallbacks: [tiny]
+        replicas: {min: 1}
+        profiles:
+          - {name: x2, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 2}
+      small:
+        source: hf://org/small
+        aliases: [chat-small]
+        replicas: {min: 2}
+        profiles:
+          - {name: x1, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 1}
+      tiny:
+        source: file:///srv/tiny.gguf
+        replicas: {min: 1}
+        profiles:
+          - {name: cpu, priority: 1, engine: llama.cpp, min_memory_gb: 2}
+      embed:
+        source: hf://org/embed
+        aliases: [embeddings]
+        replicas: {min: 1}
+        profiles:
+          - {name: x1, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 1,
+             args: ["--task", "embed"]}
+      spare:
+        source: hf://org/spare
+        replicas: {min: 0}
+        profiles:
+          - {name: x1, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 1}
+    """
+)
+ADDRESSES = {"hgx-1": "10.0.0.1", "hgx-2": "10.0.0.2", "hgx-3": "10.0.0.3", "cpu-1": "10.0.1.1"}
+
+
+def record(replica: str, model: str, profile: str, engine: str, **kwargs: object) -> ShardRecord:
+    base = shard(replica, model, [], profile=profile, **kwargs)  # type: ignore[arg-type]
+    return base.model_copy(update={"engine": engine})
+
+
+def fleet(*, hgx2_unreachable: bool = False, hgx3_lost: bool = False) -> list[NodeSpec]:
+    return [
+        hgx("hgx-1", shards=[
+            record("big-1", "big", "x16", "sglang", rank=0, nodes=2, port=8000),
+            record("small-1", "small", "x1", "vllm", port=8001),
+            record("small-2", "small", "x1", "vllm", port=8002, state="starting"),
+            record("embed-1", "embed", "x1", "vllm", port=8003),
+        ]),
+        hgx("hgx-2", shards=[
+            record("big-1", "big", "x16", "sglang", rank=1, nodes=2, port=8000),
+            record("mid-1", "mid", "x2", "vllm", port=8004),
+        ], unreachable_for=timedelta(minutes=1) if hgx2_unreachable else None),
+        hgx("hgx-3", shards=[
+            record("gone-1", "gone", "x1", "vllm", port=8005),
+            record("mid-2", "mid", "x2", "vllm", port=8006, state="failed"),
+        ], unreachable_for=timedelta(hours=2) if hgx3_lost else None),
+        NodeSpec("cpu-1", cordoned="disk replacement", shards=[
+            record("tiny-1", "tiny", "cpu", "llama.cpp", port=8000),
+        ]),
+    ]  # fmt: skip
+
+
+def test_every_ready_replica_is_an_endpoint_at_its_rank_0() -> None:
+    table = route_table(MODELS, snapshot(*fleet()), ADDRESSES)
+    endpoints = {r.model: [e.url for e in r.endpoints] for r in table.models}
+    assert endpoints == {
+        "big": ["http://10.0.0.1:8000/v1"],  # rank 0 on hgx-1, rank 1 on hgx-2
+        "mid": ["http://10.0.0.2:8004/v1"],
+        "small": ["http://10.0.0.1:8001/v1"],  # small-2 is still starting
+        "tiny": ["http://10.0.1.1:8000/v1"],  # a cordon stops placements, not traffic
+        "embed": ["http://10.0.0.1:8003/v1"],
+        "spare": [],
+    }
+    assert table.complete
+    assert [r.replica for r in table.unrouted] == ["gone-1"]
+
+
+def test_replicas_that_are_not_ready_say_why() -> None:
+    table = route_table(MODELS, snapshot(*fleet(hgx2_unreachable=True)), ADDRESSES)
+    states = {r.replica: (r.state, r.reason) for m in table.models for r in m.replicas}
+    assert states["small-2"] == (State.STARTING, "starting")
+    assert states["mid-2"] == (State.FAILED, "failed: rank 0 on hgx-3")
+    assert states["big-1"] == (
+        State.UNREACHABLE, "on unreachable node hgx-2: timed out after 10 s"
+    )  # fmt: skip
+    big = table.model("big")
+    assert big.missing == "big-1 on unreachable node hgx-2: timed out after 10 s"
+    assert big.served_by == "small"  # mid (first) has no ready replica either
+    assert not table.complete
+    lost = route_table(MODELS, snapshot(*fleet(hgx3_lost=True)), ADDRESSES)
+    assert lost.model("mid").replicas[1].reason == "on lost node hgx-3: timed out after 10 s"
+
+
+def test_a_replica_missing_a_rank_or_without_a_port_is_not_ready() -> None:
+    nodes = [hgx("hgx-1", shards=[
+        record("big-1", "big", "x16", "sglang", rank=1, nodes=2, port=8000),
+        record("small-1", "small", "x1", "vllm").model_copy(update={"port": None}),
+    ])]  # fmt: skip
+    table = route_table(MODELS, snapshot(*nodes), ADDRESSES)
+    assert table.model("big").missing == "big-1 failed: rank 0 missing"
+    assert table.model("big").replicas[0].node is None
+    assert table.model("small").missing == "small-1 failed: rank 0 records no port"
+
+
+def test_a_model_with_nothing_running_and_one_nobody_wants() -> None:
+    table = route_table(MODELS, snapshot(hgx("hgx-1")), ADDRESSES)
+    assert table.model("small").missing == "none running"
+    assert table.model("spare").missing == "none wanted (replicas.min 0)"
+    assert table.model("spare").served_by is None
+    assert not table.complete
+
+
+def test_fallbacks_are_the_catalogs_order_then_theirs_breadth_first() -> None:
+    assert MODELS.models["big"].fallbacks == ("mid", "small")
+    assert fallback_chain(MODELS, "big") == ("mid", "small", "tiny")
+    assert fallback_chain(MODELS, "mid") == ("tiny",)
+    assert fallback_chain(MODELS, "tiny") == ()
+    chained = catalog(
+        """\
+        models:
+          a: {source: hf://o/a, fallbacks: [b, c], profiles: [{name: p, priority: 1, engine: vllm}]}
+          b: {source: hf://o/b, fallbacks: [d, c], profiles: [{name: p, priority: 1, engine: vllm}]}
+          c: {source: hf://o/c, fallbacks: [d], profiles: [{name: p, priority: 1, engine: vllm}]}
+          d: {source: hf://o/d, profiles: [{name: p, priority: 1, engine: vllm}]}
+        """
+    )
+    assert fallback_chain(chained, "a") == ("b", "c", "d")
+
+
+def test_withdrawn_replicas_leave_and_started_ones_join() -> None:
+    current = snapshot(
+        hgx("hgx-1", shards=[record("small-1", "small", "x1", "vllm", port=8001)]), hgx("hgx-2")
+    )
+    the_plan = plan(MODELS, current, {}, ADDRESSES, random.Random(1))
+    started = [s for s in the_plan.starts if s.model == "small"]
+    assert [s.replica for s in started] == ["small-2"]
+    table = route_table(MODELS, current, ADDRESSES, withdrawn={"small-1"}, started=started)
+    small = table.model("small")
+    assert [r.replica for r in small.endpoints] == ["small-2"]
+    assert small.endpoints[0].url == started[0].leader.health_url + "/v1"  # type: ignore[operator]
+    assert {r.replica: r.state for r in small.replicas}["small-1"] is State.WITHDRAWN
+
+
+def test_embedding_servers_are_told_apart_by_their_arguments() -> None:
+    table = route_table(MODELS, snapshot(*fleet()), ADDRESSES)
+    assert table.model("embed").endpoints[0].embedding
+    assert not table.model("small").endpoints[0].embedding
+    config = litellm_config(table)
+    info = {d["model_info"]["id"]: d["model_info"] for d in config["model_list"]}
+    assert info["embed-1"] == {"id": "embed-1", "mode": "embedding"}
+    assert info["small-1"] == {"id": "small-1"}
+
+
+def test_an_ipv6_address_is_bracketed() -> None:
+    assert endpoint_url("fd00::7", 8000) == "http://[fd00::7]:8000/v1"
+    assert endpoint_url("10.0.0.1", 8000) == "http://10.0.0.1:8000/v1"
+
+
+def test_the_litellm_config_has_a_deployment_per_ready_replica() -> None:
+    table = route_table(MODELS, snapshot(*fleet()), ADDRESSES)
+    config = litellm_config(table)
+    assert [d["model_name"] for d in config["model_list"]] == [
+        "big",
+        "mid",
+        "small",
+        "tiny",
+        "embed",
+    ]
+    params = {d["model_info"]["id"]: d["litellm_params"] for d in config["model_list"]}
+    assert params["big-1"] == {
+        "model": "openai/big", "api_base": "http://10.0.0.1:8000/v1", "api_key": "none"
+    }  # fmt: skip
+    assert params["mid-1"]["model"] == "hosted_vllm/mid"
+    assert params["tiny-1"]["model"] == "openai/tiny"
+    assert deployment_ids(table) == ["big-1", "embed-1", "mid-1", "small-1", "tiny-1"]
+    router = config["router_settings"]
+    assert router["model_group_alias"] == {
+        "chat": "big", "assistant": "big", "chat-small": "small", "embeddings": "embed"
+    }  # fmt: skip
+    # LiteLLM looks fallbacks up by the name asked for: aliases get their model's.
+    assert router["fallbacks"] == [
+        {"big": ["mid", "small", "tiny"]},
+        {"chat": ["mid", "small", "tiny"]},
+        {"assistant": ["mid", "small", "tiny"]},
+        {"mid": ["tiny"]},
+    ]
+    assert router["num_retries"] == RouterSettings().num_retries
+    general = config["general_settings"]
+    assert general["master_key"] == "os.environ/LITELLM_MASTER_KEY"
+    assert general["background_health_checks"] is True
+    assert general["health_check_interval"] == 30
+
+
+def test_a_model_without_a_ready_replica_is_aliased_to_the_fallback_answering() -> None:
+    table = route_table(MODELS, snapshot(*fleet(hgx2_unreachable=True)), ADDRESSES)
+    router = litellm_config(table)["router_settings"]
+    # big and mid are down: big's name and aliases go to small, the first that answers,
+    # and fall back on past it; mid goes to tiny.
+    assert router["model_group_alias"]["big"] == "small"
+    assert router["model_group_alias"]["chat"] == "small"
+    assert router["model_group_alias"]["mid"] == "tiny"
+    assert {"chat": ["tiny"]} in router["fallbacks"]
+    assert all("mid" not in chain for f in router["fallbacks"] for chain in f.values())
+
+
+def test_a_model_nothing_answers_for_is_left_out() -> None:
+    table = route_table(MODELS, snapshot(hgx("hgx-1")), ADDRESSES)
+    config = litellm_config(table)
+    assert config["model_list"] == []
+    assert "model_group_alias" not in config["router_settings"]
+    assert "fallbacks" not in config["router_settings"]
+
+
+def test_the_same_table_renders_the_same_bytes_whenever_it_was_taken() -> None:
+    first = route_table(MODELS, snapshot(*fleet()), ADDRESSES)
+    later = type(first)(first.at + timedelta(hours=1), first.models, first.aliases)
+    assert render(first) == render(later)
+    assert yaml.safe_load(render(first)) == litellm_config(first)
+
+
+def test_routes_json_follows_the_documented_shape() -> None:
+    table = route_table(MODELS, snapshot(*fleet(hgx2_unreachable=True)), ADDRESSES)
+    data = routes_json(table)
+    assert data["format"] == ROUTES_FORMAT
+    assert data["at"] == NOW.isoformat()
+    assert data["complete"] is False
+    big = next(m for m in data["models"] if m["model"] == "big")
+    assert big["ready"] is False
+    assert big["endpoints"] == []
+    assert big["fallbacks"] == ["mid", "small"]
+    assert big["fallback_chain"] == ["mid", "small", "tiny"]
+    assert big["served_by"] == "small"
+    assert big["missing"].startswith("big-1 on unreachable node hgx-2")
+    assert big["replicas"][0]["state"] == "unreachable"
+    small = next(m for m in data["models"] if m["model"] == "small")
+    assert small["endpoints"] == [
+        {"replica": "small-1", "profile": "x1", "engine": "vllm", "node": "hgx-1",
+         "url": "http://10.0.0.1:8001/v1", "state": "ready", "reason": None}
+    ]  # fmt: skip
+    chat = next(a for a in data["aliases"] if a["alias"] == "chat")
+    assert chat == {"alias": "chat", "model": "big", "ready": False, "served_by": "small",
+                    "endpoints": []}  # fmt: skip
+    assert [r["replica"] for r in data["unrouted"]] == ["gone-1"]
+
+
+def test_the_routes_core_imports_no_edge_library() -> None:
+    root = Path(__file__).resolve().parents[2] / "cli" / "routes"
+    for name in ("table.py", "litellm.py"):
+        source = (root / name).read_text(encoding="utf-8")
+        assert imported_roots(root / name) & FORBIDDEN == set(), name
+        for call in ("open(", ".read_text(", ".write_text(", "subprocess", "socket"):
+            assert call not in source, f"{name} uses {call}"
