@@ -33,6 +33,20 @@ models:
 """
 
 
+def one_model(profile: str, replicas: int = 1) -> Catalog:
+    """A catalog of one model `m` with one profile, written as a YAML flow mapping."""
+    return catalog(
+        f"""\
+        models:
+          m:
+            source: hf://org/m
+            replicas: {{min: {replicas}}}
+            profiles:
+              - {profile}
+        """
+    )
+
+
 def one(models: Catalog, fleet: Snapshot, name: str | None = None) -> ReplicaPlacement:
     run = place(models, fleet, [name or next(iter(models.models))])
     assert len(run.placements) == 1
@@ -61,14 +75,8 @@ def test_a_lower_profile_is_used_when_the_higher_one_does_not_fit() -> None:
 
 
 def test_a_tensor_parallel_pair_stays_inside_one_nvlink_bridge() -> None:
-    models = catalog(
-        """\
-        models:
-          m:
-            source: hf://org/m
-            profiles:
-              - {name: a100x2, priority: 1, engine: vllm, gpu_class: A100, gpus_per_node: 2}
-        """
+    models = one_model(
+        "{name: a100x2, priority: 1, engine: vllm, gpu_class: A100, gpus_per_node: 2}"
     )
     # GPU 1 is taken, so the lowest free indices (0, 2) would cross PCIe.
     fleet = snapshot(NodeSpec("a100-1", "A100", 4, pairs(4), shards=[shard("x-1", "x", [1])]))
@@ -78,28 +86,14 @@ def test_a_tensor_parallel_pair_stays_inside_one_nvlink_bridge() -> None:
 
 
 def test_a_single_gpu_goes_to_the_nvlink_pair_already_half_used() -> None:
-    models = catalog(
-        """\
-        models:
-          m:
-            source: hf://org/m
-            profiles:
-              - {name: one, priority: 1, engine: vllm, gpu_class: A100, gpus_per_node: 1}
-        """
-    )
+    models = one_model("{name: one, priority: 1, engine: vllm, gpu_class: A100, gpus_per_node: 1}")
     fleet = snapshot(NodeSpec("a100-1", "A100", 4, pairs(4), shards=[shard("x-1", "x", [2])]))
     assert one(models, fleet).shards[0].gpus == (0,)  # groups of one need no domain
 
 
 def test_without_a_known_topology_the_lowest_free_indices_are_taken() -> None:
-    models = catalog(
-        """\
-        models:
-          m:
-            source: hf://org/m
-            profiles:
-              - {name: a100x2, priority: 1, engine: vllm, gpu_class: A100, gpus_per_node: 2}
-        """
+    models = one_model(
+        "{name: a100x2, priority: 1, engine: vllm, gpu_class: A100, gpus_per_node: 2}"
     )
     fleet = snapshot(NodeSpec("a100-1", "A100", 4, None, shards=[shard("x-1", "x", [1])]))
     placement = one(models, fleet)
@@ -108,14 +102,8 @@ def test_without_a_known_topology_the_lowest_free_indices_are_taken() -> None:
 
 
 def test_a_group_too_big_for_any_domain_spans_them_and_says_so() -> None:
-    models = catalog(
-        """\
-        models:
-          m:
-            source: hf://org/m
-            profiles:
-              - {name: a100x4, priority: 1, engine: vllm, gpu_class: A100, gpus_per_node: 4}
-        """
+    models = one_model(
+        "{name: a100x4, priority: 1, engine: vllm, gpu_class: A100, gpus_per_node: 4}"
     )
     placement = one(models, snapshot(NodeSpec("a100-1", "A100", 4, pairs(4))))
     assert placement.shards[0].gpus == (0, 1, 2, 3)
@@ -123,15 +111,7 @@ def test_a_group_too_big_for_any_domain_spans_them_and_says_so() -> None:
 
 
 def test_a_node_whose_domain_holds_the_group_beats_one_where_it_would_span() -> None:
-    models = catalog(
-        """\
-        models:
-          m:
-            source: hf://org/m
-            profiles:
-              - {name: x2, priority: 1, engine: vllm, gpu_class: L40S, gpus_per_node: 2}
-        """
-    )
+    models = one_model("{name: x2, priority: 1, engine: vllm, gpu_class: L40S, gpus_per_node: 2}")
     fleet = snapshot(
         NodeSpec("a-pcie", "L40S", 2, singletons(2)),
         NodeSpec("b-bridged", "L40S", 4, pairs(4)),
@@ -140,15 +120,7 @@ def test_a_node_whose_domain_holds_the_group_beats_one_where_it_would_span() -> 
 
 
 def test_single_node_replicas_fill_partly_used_nodes_first() -> None:
-    models = catalog(
-        """\
-        models:
-          m:
-            source: hf://org/m
-            profiles:
-              - {name: x2, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 2}
-        """
-    )
+    models = one_model("{name: x2, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 2}")
     fleet = snapshot(
         hgx("hgx-1"),
         hgx("hgx-2", shards=[shard("o-1", "o", range(4))]),
@@ -159,30 +131,16 @@ def test_single_node_replicas_fill_partly_used_nodes_first() -> None:
 
 
 def test_replicas_of_one_model_spread_over_nodes_when_they_can() -> None:
-    models = catalog(
-        """\
-        models:
-          m:
-            source: hf://org/m
-            replicas: {min: 2}
-            profiles:
-              - {name: x1, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 1}
-        """
+    models = one_model(
+        "{name: x1, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 1}", replicas=2
     )
     run = place(models, snapshot(hgx("hgx-1"), hgx("hgx-2")))
     assert [p.shards[0].node for p in run.placements] == ["hgx-1", "hgx-2"]
 
 
 def test_replicas_are_placed_one_at_a_time_and_never_share_a_gpu() -> None:
-    models = catalog(
-        """\
-        models:
-          m:
-            source: hf://org/m
-            replicas: {min: 3}
-            profiles:
-              - {name: x4, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 4}
-        """
+    models = one_model(
+        "{name: x4, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 4}", replicas=3
     )
     run = place(models, snapshot(hgx("hgx-1")))
     placed = [p.shards[0].gpus for p in run.placements if p.placed]
@@ -378,15 +336,8 @@ def test_the_summary_counts_reasons_and_names_the_best_candidate() -> None:
 
 
 def test_place_all_counts_running_replicas_toward_the_minimum() -> None:
-    models = catalog(
-        """\
-        models:
-          m:
-            source: hf://org/m
-            replicas: {min: 2}
-            profiles:
-              - {name: x1, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 1}
-        """
+    models = one_model(
+        "{name: x1, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 1}", replicas=2
     )
     run: PlacementRun = place(models, snapshot(hgx("hgx-1", shards=[shard("m-1", "m", [0])])))
     assert run.running == {"m": ("m-1",)}
@@ -395,15 +346,7 @@ def test_place_all_counts_running_replicas_toward_the_minimum() -> None:
 
 
 def test_a_replica_on_a_lost_node_does_not_count_as_running() -> None:
-    models = catalog(
-        """\
-        models:
-          m:
-            source: hf://org/m
-            profiles:
-              - {name: x1, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 1}
-        """
-    )
+    models = one_model("{name: x1, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 1}")
     fleet = snapshot(
         hgx("hgx-1", shards=[shard("m-1", "m", [0])], unreachable_for=timedelta(hours=2)),
         hgx("hgx-2"),
@@ -429,15 +372,8 @@ def test_gpu_memory_used_by_an_invisible_process_makes_the_gpu_unusable() -> Non
 
 
 def test_a_model_of_many_replicas_puts_at_most_a_quarter_on_a_node_while_others_have_room() -> None:
-    models = catalog(
-        """\
-        models:
-          m:
-            source: hf://org/m
-            replicas: {min: 8}
-            profiles:
-              - {name: x1, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 1}
-        """
+    models = one_model(
+        "{name: x1, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 1}", replicas=8
     )
     run = place(models, snapshot(hgx("hgx-1"), hgx("hgx-2"), hgx("hgx-3"), hgx("hgx-4")))
     nodes = [p.shards[0].node for p in run.placements]
