@@ -6,6 +6,8 @@ import typer
 
 from cli.commands.options import DEFAULT_CATALOG, CatalogOption, JsonOption
 
+CATALOG_FORMAT = "modelfleet.catalog/v1"
+
 app = typer.Typer(help="Inspect the catalog of models.", no_args_is_help=True)
 
 
@@ -21,6 +23,7 @@ def check(catalog: CatalogOption = DEFAULT_CATALOG, as_json: JsonOption = False)
     if as_json:
         console.print_json(
             {
+                "format": CATALOG_FORMAT,
                 "catalog": str(catalog),
                 "models": {
                     name: {

@@ -9,6 +9,8 @@ import typer
 
 from cli.commands.options import DEFAULT_INVENTORY, InventoryOption, JsonOption
 
+FLEET_FACTS_FORMAT = "modelfleet.fleet-facts/v1"
+
 
 def facts(
     context: typer.Context,
@@ -38,7 +40,14 @@ def facts(
             save_facts(save, host.name, node_facts)
     if as_json:
         console.print_json(
-            {name: f.model_dump(mode="json") for name, f in sorted(fleet.facts.items())}
+            {
+                "format": FLEET_FACTS_FORMAT,
+                "complete": not fleet.partial,
+                "unreached": dict(sorted(fleet.unreached.items())),
+                "nodes": {
+                    name: f.model_dump(mode="json") for name, f in sorted(fleet.facts.items())
+                },
+            }
         )
     else:
         console.print_table(facts_table(fleet.snapshot, fleet.facts))

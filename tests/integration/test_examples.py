@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from cli.catalog.load import load_catalog
 from cli.facts.store import load_facts_dir
@@ -152,6 +153,22 @@ def test_catalog_check_passes_on_the_example() -> None:
     result = ctl("catalog", "check", "--catalog", str(EXAMPLES / "catalog.yaml"))
     assert result.returncode == 0, result.stderr
     assert "OK — 8 models, 14 profiles, 7 aliases" in result.stdout
+
+
+def test_catalog_check_json_carries_each_model_as_the_catalog_says() -> None:
+    result = ctl("catalog", "check", "--json", "--catalog", str(EXAMPLES / "catalog.yaml"))
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["format"] == "modelfleet.catalog/v1"
+    written = yaml.safe_load((EXAMPLES / "catalog.yaml").read_text())["models"]
+    assert set(document["models"]) == set(written)
+    # Fallbacks come resolved: a fallback written as an alias names its model.
+    model_of = {a: n for n, m in written.items() for a in m.get("aliases", [])}
+    for name, model in document["models"].items():
+        assert model["aliases"] == written[name].get("aliases", []), name
+        fallbacks = [model_of.get(f, f) for f in written[name].get("fallbacks", [])]
+        assert model["fallbacks"] == fallbacks, name
+        assert model["profiles"] == [p["name"] for p in written[name]["profiles"]], name
 
 
 def test_a_bad_catalog_is_one_line_per_problem_and_exit_code_2(tmp_path: Path) -> None:

@@ -201,6 +201,32 @@ def test_ctl_facts_saves_a_snapshot_that_ctl_nodes_reads(sshd: Sshd, tmp_path: P
     assert re.search(r"^local +Cordoned ", shown.stdout, flags=re.MULTILINE), shown.stdout
 
 
+def test_ctl_facts_json_has_every_node_and_says_which_were_not_reached(
+    sshd: Sshd, tmp_path: Path
+) -> None:
+    inventory = write_inventory(tmp_path, sshd)
+    with silent_listener() as port:
+        pass  # closed again: a node whose sshd is down
+    hosts = inventory / "hosts.yml"
+    hosts.write_text(
+        hosts.read_text()
+        + f"    gone:\n      ansible_host: 127.0.0.1\n      ansible_port: {port}\n"
+        + f"      ansible_user: root\n      ansible_ssh_private_key_file: {sshd.client_key}\n"
+    )
+    result = run_ctl(tmp_path, "facts", "--json", "--inventory", str(inventory))
+    assert result.returncode == 1, result.stderr
+    document = json.loads(result.stdout)
+    assert document["format"] == "modelfleet.fleet-facts/v1"
+    assert document["complete"] is False
+    assert document["unreached"] == {"gone": f"connection refused on port {port}"}
+    assert set(document["nodes"]) == {"local", "gone"}
+    local = parse_meminfo(Path("/proc/meminfo").read_text())
+    assert local is not None
+    assert document["nodes"]["local"]["format"] == "modelfleet.facts/v1"
+    assert document["nodes"]["local"]["memory"]["total_mib"] == local.total_mib
+    assert document["nodes"]["gone"]["memory"] is None  # never reached: nothing known
+
+
 def test_an_unreached_node_is_named_with_why_and_the_exit_code_says_partial(
     sshd: Sshd, tmp_path: Path
 ) -> None:
