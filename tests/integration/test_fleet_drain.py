@@ -10,7 +10,7 @@ import pytest
 
 from cli.inventory.load import load_inventory
 from tests.integration.conftest import LiveFleet
-from tests.integration.test_fleet_reconcile import CLEAN, Ctl, chat, install_standin, rank0
+from tests.integration.test_fleet_reconcile import CLEAN, chat, ctl_on_standins, rank0
 
 pytestmark = pytest.mark.fleet
 
@@ -27,9 +27,7 @@ def test_draining_a_node_moves_its_replica_before_stopping_it(
     fleet_exclusive: LiveFleet, tmp_path: Path
 ) -> None:
     fleet = fleet_exclusive
-    install_standin(fleet)
-    ctl = Ctl(fleet, tmp_path)
-    ctl.catalog.write_text(CATALOG)
+    ctl = ctl_on_standins(fleet, tmp_path, CATALOG)
     assert ctl("reconcile").returncode == 0
     ((replica, shards),) = ctl.shards().items()
     node = shards[0][0]

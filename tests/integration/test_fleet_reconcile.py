@@ -63,7 +63,7 @@ def install_standin(fleet: LiveFleet) -> None:
 
 
 class Ctl:
-    def __init__(self, fleet: LiveFleet, tmp_path: Path) -> None:
+    def __init__(self, fleet: LiveFleet, tmp_path: Path, catalog: str | None = None) -> None:
         self.inventory = tmp_path / "inventory"
         shutil.copytree(fleet.inventory_dir, self.inventory)
         # Only the first three nodes: the catalog is made for them.
@@ -79,7 +79,7 @@ class Ctl:
             group_vars.write("modelfleet_health_timeout: 60\n")
         self.state = tmp_path / "state"
         self.catalog = tmp_path / "catalog.yaml"
-        self.catalog.write_text(CATALOG.read_text())
+        self.catalog.write_text(CATALOG.read_text() if catalog is None else catalog)
 
     def __call__(self, *args: str, lost_after: str = "1h") -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "XDG_STATE_HOME": str(self.state), "COLUMNS": "120"}
@@ -102,6 +102,12 @@ class Ctl:
         return found
 
 
+def ctl_on_standins(fleet: LiveFleet, tmp_path: Path, catalog: str | None = None) -> Ctl:
+    """A ctl for the first three nodes, which run the stand-in engines."""
+    install_standin(fleet)
+    return Ctl(fleet, tmp_path, catalog)
+
+
 def chat(address: str, port: int, model: str, text: str = "hello") -> dict[str, object]:
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": text}]})
     request = urllib.request.Request(
@@ -122,8 +128,7 @@ def test_reconcile_runs_the_catalog_and_recovers_without_an_operator(
     fleet_exclusive: LiveFleet, tmp_path: Path
 ) -> None:
     fleet = fleet_exclusive
-    install_standin(fleet)
-    ctl = Ctl(fleet, tmp_path)
+    ctl = ctl_on_standins(fleet, tmp_path)
 
     # 1. An empty fleet gets every replica, and each answers at its rank 0.
     result = ctl("reconcile")
