@@ -19,7 +19,7 @@ from cli.errors import InputError
 from cli.facts.gpuclass import gpu_class
 from cli.facts.model import NodeFacts
 from cli.facts.store import load_facts_dir
-from cli.inventory.load import load_inventory
+from cli.inventory.load import inventory_base, load_inventory
 from cli.inventory.schema import Inventory
 
 KNOWN_HOSTS_NAME = ".known_hosts"
@@ -42,8 +42,7 @@ def fleet_known_hosts(inventory_path: Path, options: GatherOptions) -> Path:
     if options.known_hosts is not None:
         return options.known_hosts
     # Hidden, so Ansible does not take it for an inventory source of the directory.
-    directory = inventory_path if inventory_path.is_dir() else inventory_path.parent
-    return directory / KNOWN_HOSTS_NAME
+    return inventory_base(inventory_path) / KNOWN_HOSTS_NAME
 
 
 def _from_snapshot(inventory: Inventory, facts_dir: Path, options: GatherOptions) -> Fleet:

@@ -50,12 +50,13 @@ from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from cli.errors import InputError, InputProblem, near_miss
 from cli.inventory.load import (
     SourceText,
-    _source_files,  # the same files, found the same way, as load_inventory reads
-    _vars_texts,
     expand_host_pattern,
+    inventory_base,
     inventory_from_texts,
     load_inventory,
     parse_sources,
+    read_sources,
+    vars_texts,
 )
 from cli.inventory.schema import NO_CORDON_REASON, Host, Inventory
 
@@ -786,16 +787,14 @@ def _check(
 
 def read_texts(inventory: Path, node: str) -> InventoryTexts:
     """What `load_inventory` reads, as texts, and where `node`'s own variables go."""
-    problems: list[InputProblem] = []
-    sources = tuple(_read(path, problems) for path in _source_files(inventory))
-    if problems:
-        raise InputError(problems)
+    sources = read_sources(inventory)
     tree = parse_sources(sources)
-    base = inventory if inventory.is_dir() else inventory.parent
+    base = inventory_base(inventory)
+    problems: list[InputProblem] = []
     group_vars = {
-        name: tuple(_vars_texts(base / "group_vars", name, problems)) for name in tree.groups
+        name: tuple(vars_texts(base / "group_vars", name, problems)) for name in tree.groups
     }
-    host_vars = tuple(_vars_texts(base / "host_vars", node, problems))
+    host_vars = tuple(vars_texts(base / "host_vars", node, problems))
     if problems:
         raise InputError(problems)
     home = base / "host_vars"
@@ -809,14 +808,6 @@ def read_texts(inventory: Path, node: str) -> InventoryTexts:
             vars_file = str(path)
             break
     return InventoryTexts(str(inventory), sources, group_vars, host_vars, vars_file, vars_dir)
-
-
-def _read(path: Path, problems: list[InputProblem]) -> SourceText:
-    try:
-        return SourceText(str(path), path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError) as error:
-        problems.append(InputProblem(str(path), None, (), f"cannot read: {error}"))
-        return SourceText(str(path), "")
 
 
 def find_host(inventory: Inventory, node: str) -> Host:

@@ -642,24 +642,37 @@ def load_inventory(path: Path) -> Inventory:
 
     Raises InputError naming the file, line and key of every problem found.
     """
+    files = read_sources(path)
+    tree = parse_sources(files)
+    problems: list[InputProblem] = []
+    base = inventory_base(path)
+    group_vars = {name: vars_texts(base / "group_vars", name, problems) for name in tree.groups}
+    host_vars = {name: vars_texts(base / "host_vars", name, problems) for name in tree.hosts}
+    if problems:
+        raise InputError(problems)
+    return resolve(tree, str(path), group_vars, host_vars)
+
+
+def read_sources(path: Path) -> tuple[SourceText, ...]:
+    """The inventory's source files as Ansible finds them, read; cli/inventory/edit.py
+    edits exactly these. Raises InputError for a missing path or an unreadable file."""
     if not path.exists():
         raise InputError.single(str(path), None, (), "no such inventory file or directory")
     problems: list[InputProblem] = []
-    files = [
+    files = tuple(
         _read(file, problems)
         if file.suffix in YAML_EXTENSIONS or not file.suffix
         else SourceText(str(file), "")  # refused by name in parse_sources, so not read
         for file in _source_files(path)
-    ]
+    )
     if problems:
         raise InputError(problems)
-    tree = parse_sources(files)
-    base = path if path.is_dir() else path.parent
-    group_vars = {name: _vars_texts(base / "group_vars", name, problems) for name in tree.groups}
-    host_vars = {name: _vars_texts(base / "host_vars", name, problems) for name in tree.hosts}
-    if problems:
-        raise InputError(problems)
-    return resolve(tree, str(path), group_vars, host_vars)
+    return files
+
+
+def inventory_base(path: Path) -> Path:
+    """Where group_vars/ and host_vars/ are: beside an inventory file, in a directory."""
+    return path if path.is_dir() else path.parent
 
 
 def _source_files(path: Path) -> list[Path]:
@@ -673,7 +686,7 @@ def _source_files(path: Path) -> list[Path]:
     return found
 
 
-def _vars_texts(base: Path, name: str, problems: list[InputProblem]) -> list[SourceText]:
+def vars_texts(base: Path, name: str, problems: list[InputProblem]) -> list[SourceText]:
     """Ansible's find_vars_files: NAME (a file or a directory), else NAME.yml/.yaml/.json."""
     if not base.is_dir() or name.startswith(os.sep):
         return []
