@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from cli.cluster import DEFAULT_LOST_AFTER
+from cli.cluster import DEFAULT_LOST_AFTER, name_order
 from cli.facts.model import Gpu, HcaPort, NodeFacts, ShardRecord
 from cli.inventory.schema import Host, HostVars
 
@@ -91,7 +91,7 @@ class NodeView:
 @dataclass(frozen=True)
 class Snapshot:
     now: datetime
-    nodes: tuple[NodeView, ...]  # sorted by name
+    nodes: tuple[NodeView, ...]  # in name order (cli.cluster.name_order: node-2 before node-10)
     lost_after: timedelta = DEFAULT_LOST_AFTER
     problems: tuple[str, ...] = field(default=())
 
@@ -116,12 +116,12 @@ def build_snapshot(
         for host in hosts
     ]
     known = {host.name for host in hosts}
-    for name in sorted(set(facts) - known):
+    for name in sorted(set(facts) - known, key=name_order):
         host_vars = (what_if_vars or {}).get(name, HostVars())
         view = node_view(name, host_vars, facts[name], now, classify, lost_after)
         views.append(_replace_in_inventory(view))
     return Snapshot(
-        now=now, nodes=tuple(sorted(views, key=lambda v: v.name)), lost_after=lost_after
+        now=now, nodes=tuple(sorted(views, key=lambda v: name_order(v.name))), lost_after=lost_after
     )
 
 

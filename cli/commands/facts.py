@@ -28,6 +28,7 @@ def facts(
 
     Exit code 1 when a node could not be reached (each is named with why), 2 on bad input.
     """
+    from cli.cluster import name_order
     from cli.commands.fleet import load_fleet_for
     from cli.facts.store import save_facts
     from cli.ui import console
@@ -39,14 +40,13 @@ def facts(
             node_facts = fleet.facts[host.name].model_copy(update={"host_vars": host.vars})
             save_facts(save, host.name, node_facts)
     if as_json:
+        names = sorted(fleet.facts, key=name_order)
         console.print_json(
             {
                 "format": FLEET_FACTS_FORMAT,
                 "complete": not fleet.partial,
-                "unreached": dict(sorted(fleet.unreached.items())),
-                "nodes": {
-                    name: f.model_dump(mode="json") for name, f in sorted(fleet.facts.items())
-                },
+                "unreached": {n: fleet.unreached[n] for n in names if n in fleet.unreached},
+                "nodes": {n: fleet.facts[n].model_dump(mode="json") for n in names},
             }
         )
     else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from cli.cluster import name_order
 from cli.placement.filters import gb
 from cli.placement.gpus import format_devices, format_indices
 from cli.placement.place import (
@@ -76,7 +77,7 @@ def fabric_line(attempt: ProfileAttempt) -> str:
 def _detail(rejections: Sequence[Rejection]) -> str:
     first = rejections[0]
     if first.blocking is Blocking.CAPACITY and first.free is not None:
-        best = min(rejections, key=lambda r: (-(r.free or 0), r.node))
+        best = min(rejections, key=lambda r: (-(r.free or 0), name_order(r.node)))
         return f" (best: {best.node}, {best.free} of {best.total} free)"
     if len(rejections) <= NAMED_GROUP_LIMIT:
         if first.blocking is Blocking.HARDWARE and first.constraint is not Constraint.GPUS:

@@ -14,6 +14,7 @@ from enum import StrEnum
 from functools import cached_property
 
 from cli.catalog.load import Catalog, CatalogModel, CatalogProfile
+from cli.cluster import NameKey, name_order
 from cli.cluster.snapshot import NodeView, Reachability, Snapshot
 from cli.placement import filters
 from cli.placement.filters import Relax
@@ -63,7 +64,7 @@ class ProfileAttempt:
         """Every node this profile was refused on, in node-name order."""
         found = [check for check in self.checks if isinstance(check, Rejection)]
         if self.fabric_rejections:
-            found = sorted([*found, *self.fabric_rejections], key=lambda r: r.node)
+            found = sorted([*found, *self.fabric_rejections], key=lambda r: name_order(r.node))
         return tuple(found)
 
 
@@ -344,19 +345,19 @@ def _place_single(
     if not spec.uses_gpus:
         need = spec.min_memory_gb or 0.0
 
-        def cpu_key(c: _Candidate) -> tuple[bool, bool, bool, float, str]:
+        def cpu_key(c: _Candidate) -> tuple[bool, bool, bool, float, NameKey]:
             total = c.node.memory_total_gib
             left = 0.0 if total is None else total - state.reserved_gib(c.node) - need
             # GPU nodes last: a CPU model there holds RAM a GPU replica will need.
             crowded = counts.get(c.node.name, 0) >= spread
-            return (bool(c.node.gpus), crowded, total is None, left, c.node.name)
+            return (bool(c.node.gpus), crowded, total is None, left, name_order(c.node.name))
 
         best = min(candidates, key=cpu_key)
         return (ShardPlacement(best.node.name, 0, (), (), None, ""),)
 
-    def key(c: _Candidate) -> tuple[bool, int, int, str]:
+    def key(c: _Candidate) -> tuple[bool, int, int, NameKey]:
         here = counts.get(c.node.name, 0)
-        return (here >= spread, c.free, here, c.node.name)
+        return (here >= spread, c.free, here, name_order(c.node.name))
 
     # The best by key usually keeps its group in one NVLink domain: try it before sorting.
     first = min(candidates, key=key)
@@ -398,7 +399,7 @@ def _place_multi(
                 FabricShortfall(fabric, tuple(c.node.name for c, _ in members), spec.nodes)
             )
             continue
-        members.sort(key=lambda m: (-m[0].free, m[0].node.name))
+        members.sort(key=lambda m: (-m[0].free, name_order(m[0].node.name)))
         chosen = members[: spec.nodes]
         rate = min(_rate(m[0].node, fabric) for m in chosen)
         groups.append(((-sum(m[0].free for m in chosen), -rate, fabric), fabric, chosen))
@@ -530,7 +531,7 @@ def running_replicas(snapshot: Snapshot) -> dict[str, tuple[str, ...]]:
             continue
         for shard in node.shards:
             running.setdefault(shard.model, set()).add(shard.replica)
-    return {model: tuple(sorted(replicas)) for model, replicas in running.items()}
+    return {model: tuple(sorted(replicas, key=name_order)) for model, replicas in running.items()}
 
 
 def new_replica_id(model: str, taken: Iterable[str], ordinal: int) -> str:

@@ -25,6 +25,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from cli.catalog.load import Catalog, CatalogModel, CatalogProfile
+from cli.cluster import name_order
 from cli.cluster.snapshot import NodeView, Reachability, Snapshot, release, with_shards
 from cli.facts.model import ShardRecord
 from cli.placement.place import (
@@ -145,7 +146,7 @@ def replicas_of(snapshot: Snapshot) -> list[Replica]:
         for record in node.shards:
             grouped.setdefault(record.replica, []).append(RunningShard(node.name, record))
     replicas = []
-    for name, shards in sorted(grouped.items()):
+    for name, shards in sorted(grouped.items(), key=lambda item: name_order(item[0])):
         shards.sort(key=lambda s: s.record.rank)
         first = shards[0].record
         replicas.append(Replica(name, first.model, first.profile, tuple(shards)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from cli.cluster import name_order
 from cli.placement.explain import VERDICT_TEXT, refusal_lines, shard_text
 from cli.reconcile.planner import Plan, Stop
 from cli.ui.console import wrap
@@ -15,7 +16,7 @@ def _when(moment: datetime, now: datetime) -> str:
 
 
 def _stop_lines(verb: str, stop: Stop, width: int) -> list[str]:
-    nodes = ", ".join(sorted({s.node for s in stop.shards})) or "nowhere reachable"
+    nodes = ", ".join(sorted({s.node for s in stop.shards}, key=name_order)) or "nowhere reachable"
     return wrap(f"{verb:<7}{stop.replica:<{width}}{stop.reason} [{nodes}]", " " * (7 + width))
 
 
