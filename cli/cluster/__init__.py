@@ -2,6 +2,7 @@
 
 import re
 from datetime import timedelta
+from functools import cache
 
 # A blip is not a loss: a node turns Lost, and its replicas move, only after this long
 # unreached, because rebuilding a multi-node replica costs tens of minutes of loading.
@@ -13,6 +14,7 @@ NameKey = tuple[tuple[str, int], ...]
 _DIGITS = re.compile(r"(\d+)")
 
 
+@cache  # placement breaks ties with it on every candidate node, for every replica
 def name_order(name: str) -> NameKey:
     """The order people number things in: node-2 before node-10, gpu-b1 before gpu-b12.
 
