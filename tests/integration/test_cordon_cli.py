@@ -8,21 +8,18 @@ agree with Ansible on the whole edited inventory too.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from cli.inventory.load import load_inventory
+from tests.ctl import ROOT, ctl
 from tests.integration.test_inventory_matches_ansible import ansible_list, compare
 from tests.unit.test_inventory_edit import HOSTS
 
-ROOT = Path(__file__).resolve().parents[2]
 TRICKY = Path(__file__).resolve().parent / "inventories" / "tricky"
 DOCS = ROOT / "docs" / "inventory.md"
 ABSENT = object()
@@ -30,21 +27,6 @@ ABSENT = object()
 needs_ansible = pytest.mark.skipif(
     shutil.which("ansible-inventory") is None, reason="ansible-inventory is not installed"
 )
-
-
-def ctl(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
-    env.pop("MODELFLEET_INVENTORY", None)
-    env["PYTHONPATH"] = str(ROOT)
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        check=False,
-        timeout=60,
-    )
 
 
 @pytest.fixture

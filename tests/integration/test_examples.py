@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,8 +12,8 @@ import yaml
 from cli.catalog.load import load_catalog
 from cli.facts.store import load_facts_dir
 from cli.inventory.load import load_inventory
+from tests.ctl import ROOT, ctl
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 FLEET_ARGS = [
     "--inventory",
@@ -32,19 +29,6 @@ PLACE_ALL = [
     str(EXAMPLES / "catalog.yaml"),
     *FLEET_ARGS,
 ]
-
-
-def ctl(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        check=False,
-        timeout=60,
-    )
 
 
 def test_every_example_file_is_loaded_by_this_test() -> None:

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import subprocess
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,6 +15,7 @@ from cli.commands.fleet import KNOWN_HOSTS_NAME, Fleet, gather_fleet
 from cli.commands.options import GatherOptions
 from cli.facts.gpuclass import gpu_class
 from cli.inventory.load import load_inventory
+from tests.ctl import ctl
 from tests.integration.conftest import LiveFleet
 
 pytestmark = pytest.mark.fleet
@@ -65,10 +63,9 @@ def test_gathered_facts_match_every_nodes_spec(testfleet: LiveFleet, tmp_path: P
 def test_ctl_nodes_shows_the_live_fleet_with_its_memory(
     testfleet: LiveFleet, tmp_path: Path
 ) -> None:
-    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path), "COLUMNS": "120"}
-    result = subprocess.run(
-        [sys.executable, "-m", "cli", "nodes", "--inventory", str(testfleet.inventory_dir)],
-        capture_output=True, text=True, env=env, check=False, timeout=120,
+    result = ctl(
+        "nodes", "--inventory", str(testfleet.inventory_dir),
+        env={"XDG_STATE_HOME": str(tmp_path), "COLUMNS": "120"}, timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     rows = {line.split()[0]: line for line in result.stdout.splitlines()[1:] if line.strip()}

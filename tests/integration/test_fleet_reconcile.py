@@ -7,12 +7,10 @@ One test, in steps, because each step starts from the fleet the previous one lef
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import shutil
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -26,6 +24,7 @@ from cli.commands.fleet import gather_fleet
 from cli.commands.options import GatherOptions
 from cli.facts.model import ShardRecord
 from cli.inventory.load import load_inventory
+from tests.ctl import ctl
 from tests.integration.conftest import LiveFleet
 
 pytestmark = pytest.mark.fleet
@@ -82,13 +81,10 @@ class Ctl:
         self.catalog.write_text(CATALOG.read_text() if catalog is None else catalog)
 
     def __call__(self, *args: str, lost_after: str = "1h") -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "XDG_STATE_HOME": str(self.state), "COLUMNS": "120"}
         settings = ["--timeout", "3", "--lost-after", lost_after]
         inputs = ["--catalog", str(self.catalog), "--inventory", str(self.inventory)]
-        command = [sys.executable, "-m", "cli", *settings, *args, *inputs]
-        return subprocess.run(
-            command, capture_output=True, text=True, env=env, timeout=600, check=False
-        )
+        environment = {"XDG_STATE_HOME": str(self.state), "COLUMNS": "120"}
+        return ctl(*settings, *args, *inputs, env=environment, timeout=600)
 
     def shards(self) -> dict[str, list[tuple[str, ShardRecord]]]:
         """replica → its (node, record), from live facts."""

@@ -22,7 +22,6 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -33,6 +32,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.ctl import ctl as run_ctl
 from tests.integration.conftest import LiveFleet
 from tests.integration.test_fleet_reconcile import Ctl, ctl_on_standins
 
@@ -209,10 +209,8 @@ def test_requests_by_alias_keep_being_answered_while_replicas_move_and_fall_back
         assert client.failures == [], report
         assert set(client.answered_from) == {old, new}, report  # both, and nothing else
         assert client.sent >= 50, report
-        subprocess.run(
-            [sys.executable, "-m", "cli", "uncordon", old, "--inventory", str(ctl.inventory)],
-            check=True, capture_output=True, timeout=60,
-        )  # fmt: skip
+        uncordoned = run_ctl("uncordon", old, "--inventory", str(ctl.inventory))
+        assert uncordoned.returncode == 0, uncordoned.stderr
 
         # 2b. Ten reloads in a row under a request loop: through the router's address, none
         #     fails; straight to LiteLLM behind it, some may (a worker being replaced drops

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -22,6 +20,7 @@ from cli.facts.parse import parse_meminfo
 from cli.facts.probe import facts_from_probe
 from cli.inventory.load import load_inventory
 from tests.builders import NOW
+from tests.ctl import ctl
 from tests.sshd import Sshd, keygen, missing_reason, running_sshd, silent_listener
 
 pytestmark = pytest.mark.skipif(missing_reason() is not None, reason=str(missing_reason()))
@@ -166,15 +165,7 @@ def test_gathering_never_clears_a_cordon(tmp_path: Path) -> None:
 
 
 def run_ctl(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "COLUMNS": "100"}
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=60,
-    )
+    return ctl(*args, env={"XDG_STATE_HOME": str(tmp_path / "state")})
 
 
 def test_ctl_nodes_gathers_live_and_shows_memory(sshd: Sshd, tmp_path: Path) -> None:

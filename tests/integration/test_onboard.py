@@ -37,10 +37,10 @@ from cli.inventory.load import load_inventory
 from cli.pki.addhost import NewHost, commit_host, plan_new_host, read_inventory_texts
 from cli.pki.certs import NodeNames, certificate_names
 from cli.pki.store import CertificateAuthority, init_ca
+from tests.ctl import ctl, ctl_environment
 from tests.integration.conftest import LiveFleet
 from tests.integration.test_inventory_matches_ansible import ansible_list, compare
 
-ROOT = Path(__file__).resolve().parents[2]
 TRICKY = Path(__file__).resolve().parent / "inventories" / "tricky"
 NODE = "node-3"
 PKI = "/etc/modelfleet/pki"
@@ -110,16 +110,14 @@ class Lab:
         return self.tmp / "sent.bin"
 
     def env(self) -> dict[str, str]:
-        env = {**os.environ, "COLUMNS": "120", "NO_COLOR": "1", "TERM": "dumb"}
-        env.pop("MODELFLEET_INVENTORY", None)
-        env.pop("MODELFLEET_KNOWN_HOSTS", None)
-        env.update(
-            PYTHONPATH=str(ROOT),
-            XDG_STATE_HOME=str(self.tmp / "state"),
-            MODELFLEET_CA_DIR=str(self.ca.directory),
-            ONBOARD_TEST_SENT=str(self.sent_log),
+        return ctl_environment(
+            {
+                "COLUMNS": "120",
+                "XDG_STATE_HOME": str(self.tmp / "state"),
+                "MODELFLEET_CA_DIR": str(self.ca.directory),
+                "ONBOARD_TEST_SENT": str(self.sent_log),
+            }
         )
-        return env
 
     def command(self, *args: str) -> list[str]:
         recorder = self.tmp / "ctl_recorded.py"
@@ -508,13 +506,11 @@ def test_an_unreachable_node_exits_1_and_changes_nothing(tmp_path: Path) -> None
     inventory.mkdir()
     (inventory / "hosts.yml").write_text("all:\n  hosts: {}\n")
     init_ca(tmp_path / "ca", "t", _now())
-    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "PYTHONPATH": str(ROOT)}
-    result = subprocess.run(
-        [sys.executable, "-m", "cli", "onboard-node", "ghost", "--host", "127.0.0.1",
-         "--port", str(port), "--inventory", str(inventory), "--ca-dir", str(tmp_path / "ca"),
-         "--expect-host-key", "SHA256:" + "B" * 43],
-        capture_output=True, text=True, env=env, check=False, timeout=60,
-        stdin=subprocess.DEVNULL,
+    result = ctl(
+        "onboard-node", "ghost", "--host", "127.0.0.1", "--port", str(port),
+        "--inventory", str(inventory), "--ca-dir", str(tmp_path / "ca"),
+        "--expect-host-key", "SHA256:" + "B" * 43,
+        env={"XDG_STATE_HOME": str(tmp_path / "state")},
     )  # fmt: skip
     assert result.returncode == 1
     assert result.stderr.strip() == f"error: ghost: 127.0.0.1: connection refused on port {port}"
@@ -523,12 +519,15 @@ def test_an_unreachable_node_exits_1_and_changes_nothing(tmp_path: Path) -> None
 
 
 def test_no_ca_is_bad_input(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "MODELFLEET_CA_DIR": str(tmp_path / "none")}
-    result = subprocess.run(
-        [sys.executable, "-m", "cli", "onboard-node", "n1", "--host", "127.0.0.1",
-         "--inventory", str(tmp_path / "inventory")],
-        capture_output=True, text=True, env=env, check=False, timeout=60,
-    )  # fmt: skip
+    result = ctl(
+        "onboard-node",
+        "n1",
+        "--host",
+        "127.0.0.1",
+        "--inventory",
+        str(tmp_path / "inventory"),
+        env={"MODELFLEET_CA_DIR": str(tmp_path / "none")},
+    )
     assert result.returncode == 2
     assert "ctl ca init" in result.stderr
     assert not (tmp_path / "inventory").exists()

@@ -7,7 +7,6 @@ addresses are TEST-NET data.
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -20,9 +19,9 @@ from urllib.parse import quote
 
 import pytest
 
+from tests.ctl import ROOT, ctl_environment
 from tests.fakes.proxmox import Knobs, Running, ThrowawayCA, running_fake
 
-ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "provisioning.md"
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPC/9GoZa7DDp4N7+XqtKkpIlxUhP0baYbO0YN9ruu6c ops"
 
@@ -53,8 +52,7 @@ def key_file(tmp_path: Path) -> Path:
 
 
 def environment(pve: Running | None, *, token: bool = True) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PROXMOX_", "MODELFLEET_"))}
-    env.update(COLUMNS="100", NO_COLOR="1", TERM="dumb", PYTHONPATH=str(ROOT))
+    env = ctl_environment()
     if token and pve is not None:
         env["PROXMOX_TOKEN_ID"] = pve.knobs.token_id
         env["PROXMOX_TOKEN_SECRET"] = pve.knobs.token_secret

@@ -8,7 +8,8 @@ import shlex
 
 import yaml
 
-from tests.integration.test_examples import EXAMPLES, FLEET_ARGS, ROOT, ctl
+from tests.ctl import ROOT, ctl
+from tests.integration.test_examples import EXAMPLES, FLEET_ARGS
 
 ROUTES = ["routes", "--catalog", str(EXAMPLES / "catalog.yaml"), *FLEET_ARGS]
 

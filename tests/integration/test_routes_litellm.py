@@ -14,8 +14,8 @@ import yaml
 from cli.routes.litellm import litellm_config, render
 from cli.routes.table import RouteTable, route_table
 from tests.builders import hgx, snapshot
+from tests.ctl import ctl
 from tests.integration.litellm_env import litellm_environment, litellm_venv
-from tests.integration.test_examples import ctl
 from tests.integration.test_routes_cli import ROUTES
 from tests.unit.test_routes import ADDRESSES, MODELS, fleet
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,8 +24,8 @@ from cli.pki.store import (
     init_ca,
     load_ca,
 )
+from tests.ctl import ctl
 
-ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime.now(UTC)
 
 
@@ -133,14 +131,6 @@ def test_serials_are_random_positive_and_at_most_159_bits(ca: CertificateAuthori
 def test_the_default_directory_follows_xdg_config_home() -> None:
     assert default_ca_dir({"XDG_CONFIG_HOME": "/cfg"}) == Path("/cfg/modelfleet/ca")
     assert default_ca_dir({}) == Path.home() / ".config" / "modelfleet" / "ca"
-
-
-def ctl(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *args],
-        capture_output=True, text=True, check=False, cwd=ROOT,
-        env={**os.environ, "COLUMNS": "100", **env},
-    )  # fmt: skip
 
 
 def test_ctl_ca_init_uses_the_environment_and_refuses_a_second_time(tmp_path: Path) -> None:
