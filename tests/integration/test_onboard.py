@@ -475,27 +475,28 @@ def test_a_rerun_keeps_the_cordon_and_the_certificate_unless_renew(lab: Lab) -> 
 
 @pytest.mark.fleet
 def test_a_node_without_openssl_is_told_so_and_left_unchanged(
-    testfleet: LiveFleet, tmp_path: Path
+    fleet_exclusive: LiveFleet, tmp_path: Path
 ) -> None:
-    name = next(
-        (n for n in testfleet.names if testfleet.ssh(n, "command -v openssl").returncode != 0),
-        None,
-    )
-    if name is None:
-        pytest.skip("every node of the test fleet has openssl")
-    lab = make_lab(testfleet, tmp_path)
-    before = lab.hosts_file.read_bytes()
-    had_pki = testfleet.ssh(name, f"test -e {PKI}").returncode == 0
-    result = lab.ctl(
-        "onboard-node", name, "--host", testfleet.address(name),
-        "--identity", str(testfleet.key), "--inventory", str(lab.inventory),
-        "--expect-host-key", host_key_fingerprint(testfleet, name),
-    )  # fmt: skip
-    assert result.returncode == 1
-    lines = result.stderr.strip().splitlines()
-    assert "openssl is not installed on the node" in lines[-1]
-    assert lab.hosts_file.read_bytes() == before
-    assert (testfleet.ssh(name, f"test -e {PKI}").returncode == 0) == had_pki
+    # The test fleet's nodes all have openssl; this one loses it for the test.
+    ensure_openssl(fleet_exclusive, NODE)
+    openssl = fleet_exclusive.ssh(NODE, "command -v openssl").stdout.strip()
+    hidden = f"{openssl}.modelfleet-test-hidden"
+    moved = fleet_exclusive.ssh(NODE, f"mv {openssl} {hidden}")
+    assert moved.returncode == 0, moved.stderr
+    try:
+        assert fleet_exclusive.ssh(NODE, "command -v openssl").returncode != 0
+        lab = make_lab(fleet_exclusive, tmp_path)
+        before = lab.hosts_file.read_bytes()
+        had_pki = fleet_exclusive.ssh(NODE, f"test -e {PKI}").returncode == 0
+        result = lab.onboard()
+        assert result.returncode == 1
+        lines = result.stderr.strip().splitlines()
+        assert "openssl is not installed on the node" in lines[-1]
+        assert lab.hosts_file.read_bytes() == before
+        assert (fleet_exclusive.ssh(NODE, f"test -e {PKI}").returncode == 0) == had_pki
+    finally:
+        restored = fleet_exclusive.ssh(NODE, f"mv {hidden} {openssl}")
+        assert restored.returncode == 0, restored.stderr
 
 
 def test_an_unreachable_node_exits_1_and_changes_nothing(tmp_path: Path) -> None:
