@@ -121,6 +121,8 @@ def run(mode: str, executor: AnsibleExecutor, inventory: Path, state: Path) -> d
         "shards": shards,
         "started": len(outcome.started),
         "failed": len(outcome.failed),
+        # One reason is enough to see what broke: they are usually all the same.
+        "first_failure": next(iter(outcome.failed.values()), None),
     }
 
 
@@ -148,7 +150,11 @@ def main() -> None:
             f" playbook runs  {figure['replicas']} replicas / {figure['shards']} shards,"
             f" {figure['started']} started, {figure['failed']} failed"
         )
-    verdict = "PASS" if speedup >= GOAL else "FAIL"
+        if figure["first_failure"]:
+            print(f"    first failure: {figure['first_failure']}")
+    # A run that did not start everything measured something else: it cannot pass.
+    complete = all(f["started"] == f["replicas"] and not f["failed"] for f in figures)
+    verdict = "PASS" if speedup >= GOAL and complete else "FAIL"
     print(f"  batched is {speedup:.1f}x faster  {verdict}  goal >= {GOAL:g}x")
     print(json.dumps({"bench": "apply", "figures": figures, "speedup": round(speedup, 2)}))
 

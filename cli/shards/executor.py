@@ -31,9 +31,9 @@ class AnsibleExecutor:
         for files in shards:
             shard = asdict(files)
             shard["files"] = [
-                {"path": files.env_path, "content": files.env_text, "mode": "0600"},
-                {"path": files.unit_path, "content": files.unit_text, "mode": "0644"},
-                {"path": files.record_path, "content": files.record_text, "mode": "0644"},
+                {"path": files.env_path, "content": files.env_text, "mode": 0o600},
+                {"path": files.unit_path, "content": files.unit_text, "mode": 0o644},
+                {"path": files.record_path, "content": files.record_text, "mode": 0o644},
             ]
             by_host.setdefault(files.node, []).append(shard)
         run = self._run("start_shards.yml", {"modelfleet_shards": by_host}, list(by_host))

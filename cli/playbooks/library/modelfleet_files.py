@@ -1,0 +1,135 @@
+#!/usr/bin/python
+"""Ansible module: put a host's shard files in place, every one in a single module run.
+
+ansible.builtin.copy costs several round trips a file (stat, transfer, copy), and a node
+gets three files a shard; this writes them all in one, each atomically and only when its
+content, mode or owner differs, so a second run changes nothing. The contents may carry
+secrets (engine environments): they are no_log, as copy's are.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import tempfile
+from pathlib import Path
+
+from ansible.module_utils.basic import AnsibleModule  # type: ignore[import-untyped]
+
+DOCUMENTATION = r"""
+module: modelfleet_files
+short_description: Write many small files, each atomically and only if it differs
+description:
+  - Each file is written to a temporary file in its directory, then renamed over the
+    destination, only when its content differs; owner, group and mode are then set if
+    they differ. Missing parent directories are made (root, 0755).
+options:
+  files:
+    description: The files, as path, content and mode (a number, or an octal string).
+    type: list
+    elements: dict
+    required: true
+  owner:
+    description: Owner of every file.
+    type: str
+    default: root
+  group:
+    description: Group of every file.
+    type: str
+    default: root
+"""
+
+RETURN = r"""
+written:
+  description: The files whose content was (or in check mode would be) written.
+  type: list
+  returned: always
+"""
+
+DIRECTORY_MODE = 0o755
+
+
+def _write(path: Path, content: bytes, mode: int, uid: int, gid: int) -> None:
+    """Owner and mode are set before the first byte and the rename is the only change a
+    reader can see: no moment where a secret is readable by others or half-written."""
+    handle, name = tempfile.mkstemp(dir=path.parent, prefix=".modelfleet-")
+    temporary = Path(name)
+    try:
+        os.fchown(handle, uid, gid)
+        os.fchmod(handle, mode)
+        with os.fdopen(handle, "wb") as output:
+            output.write(content)
+            output.flush()
+            os.fsync(output.fileno())
+        temporary.replace(path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def _mode(module: AnsibleModule, path: Path, given: object) -> int:
+    """As copy takes it: a number, or an octal string ("0600")."""
+    if isinstance(given, int) and not isinstance(given, bool):
+        return given
+    try:
+        return int(str(given), 8)
+    except ValueError:
+        module.fail_json(msg=f"{path}: mode {given!r} is neither a number nor octal")
+        raise
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "files": {
+                "type": "list",
+                "elements": "dict",
+                "required": True,
+                "options": {
+                    "path": {"type": "path", "required": True},
+                    "content": {"type": "str", "required": True, "no_log": True},
+                    "mode": {"type": "raw", "required": True},
+                },
+            },
+            "owner": {"type": "str", "default": "root"},
+            "group": {"type": "str", "default": "root"},
+        },
+        supports_check_mode=True,
+    )
+    owner, group = module.params["owner"], module.params["group"]
+    try:
+        uid, gid = pwd.getpwnam(owner).pw_uid, grp.getgrnam(group).gr_gid
+    except KeyError as missing:
+        module.fail_json(msg=f"no such user or group on this host: {missing}")
+    changed = False
+    written: list[str] = []
+    # Every mode is read before anything is written: bad input changes nothing.
+    wanted = []
+    for entry in module.params["files"]:
+        path = Path(entry["path"])
+        wanted.append((path, entry["content"].encode("utf-8"), _mode(module, path, entry["mode"])))
+    for path, content, mode in wanted:
+        if not path.parent.is_dir():
+            changed = True
+            if not module.check_mode:
+                path.parent.mkdir(DIRECTORY_MODE, parents=True)
+        try:
+            same = path.read_bytes() == content
+        except FileNotFoundError:
+            same = False
+        if not same:
+            changed = True
+            written.append(str(path))
+            if not module.check_mode:
+                _write(path, content, mode, uid, gid)
+            continue
+        attributes = {
+            "path": str(path), "owner": owner, "group": group, "mode": mode,
+            "attributes": None, "secontext": [None, None, None],
+        }  # fmt: skip
+        changed = module.set_fs_attributes_if_different(attributes, changed)
+    module.exit_json(changed=changed, written=written)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""The module start_shards.yml writes shard files with, run as Ansible runs it on a node: a
+Python process given its arguments as ANSIBLE_MODULE_ARGS (Ansible's documented way to
+run a module by itself). The playbook around it is tested on the fleet
+(test_fleet_playbooks.py: a second run changes nothing)."""
+
+from __future__ import annotations
+
+import grp
+import json
+import os
+import pwd
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.ctl import ROOT
+
+MODULE = ROOT / "cli" / "playbooks" / "library" / "modelfleet_files.py"
+SECRET = "HF_TOKEN=hf_never_shown_0123456789\n"
+
+
+def run_module(tmp_path: Path, files: list[dict[str, Any]], check: bool = False) -> Any:
+    arguments = {
+        "files": files,
+        # Whoever runs the tests: the module chowns, and only root may give files away.
+        "owner": pwd.getpwuid(os.getuid()).pw_name,
+        "group": grp.getgrgid(os.getgid()).gr_name,
+        "_ansible_check_mode": check,
+    }
+    args_file = tmp_path / "args.json"
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": arguments}))
+    done = subprocess.run(
+        [sys.executable, str(MODULE), str(args_file)],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert SECRET.strip() not in done.stdout + done.stderr
+    return json.loads(done.stdout)
+
+
+def shard(tmp_path: Path, env: str = SECRET, unit: str = "[Unit]\n") -> list[dict[str, Any]]:
+    return [
+        {"path": str(tmp_path / "etc" / "shards" / "a.env"), "content": env, "mode": 0o600},
+        {"path": str(tmp_path / "systemd" / "a.service"), "content": unit, "mode": "0644"},
+    ]
+
+
+def mode_of(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_writes_every_file_with_its_mode_making_missing_directories(tmp_path: Path) -> None:
+    result = run_module(tmp_path, shard(tmp_path))
+    env, unit = tmp_path / "etc" / "shards" / "a.env", tmp_path / "systemd" / "a.service"
+    assert result["changed"] is True
+    assert result["written"] == [str(env), str(unit)]
+    assert env.read_text() == SECRET and mode_of(env) == 0o600
+    assert unit.read_text() == "[Unit]\n" and mode_of(unit) == 0o644
+    assert [p.name for p in env.parent.iterdir()] == ["a.env"]  # no temporary file left
+
+
+def test_a_second_run_changes_nothing(tmp_path: Path) -> None:
+    run_module(tmp_path, shard(tmp_path))
+    again = run_module(tmp_path, shard(tmp_path))
+    assert again["changed"] is False
+    assert again["written"] == []
+
+
+def test_only_what_differs_is_rewritten_and_a_wrong_mode_is_put_right(tmp_path: Path) -> None:
+    run_module(tmp_path, shard(tmp_path))
+    env, unit = tmp_path / "etc" / "shards" / "a.env", tmp_path / "systemd" / "a.service"
+    env.chmod(0o644)
+    before = unit.stat().st_ino
+    result = run_module(tmp_path, shard(tmp_path, unit="[Unit]\nDescription=new\n"))
+    assert result["changed"] is True
+    assert result["written"] == [str(unit)]
+    assert mode_of(env) == 0o600
+    assert unit.read_text() == "[Unit]\nDescription=new\n"
+    assert unit.stat().st_ino != before  # replaced by a rename, never written in place
+
+
+def test_check_mode_reports_the_change_and_writes_nothing(tmp_path: Path) -> None:
+    result = run_module(tmp_path, shard(tmp_path), check=True)
+    assert result["changed"] is True
+    assert len(result["written"]) == 2
+    assert not (tmp_path / "etc").exists()
+
+
+def test_the_content_is_hidden_in_what_the_module_reports(tmp_path: Path) -> None:
+    result = run_module(tmp_path, shard(tmp_path))
+    reported = result["invocation"]["module_args"]["files"][0]["content"]
+    assert reported == "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"
+
+
+def test_a_mode_that_is_not_octal_fails_naming_the_file(tmp_path: Path) -> None:
+    files = shard(tmp_path)
+    files[1]["mode"] = "rw-r--r--"
+    result = run_module(tmp_path, files)
+    assert result["failed"] is True
+    assert result["msg"] == f"{files[1]['path']}: mode 'rw-r--r--' is neither a number nor octal"
+    assert not (tmp_path / "etc").exists()  # not even the files before it
