@@ -6,8 +6,9 @@ examples/testfleet/bench-catalog.yaml — 12 replicas, two of them over two node
 reconciled onto empty nodes twice: with ctl's executor, which starts every worker in one
 ansible-playbook run and every rank 0 in the next, and with an executor that runs the
 same playbook once per shard (workers still first). Each run is timed from the plan to
-every replica serving, and the playbook runs are counted. Between runs the nodes are
-emptied (not timed). Goal: batched at least 3x faster. Not a test: it prints figures.
+every replica serving, and the playbook runs are counted; then every replica is stopped,
+draining, the same way (batched, or a run per shard), timed apart. Between runs the nodes
+are emptied. Goal: batched starts at least 3x faster. Not a test: it prints figures.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ import testfleet
 from cli.catalog.load import load_catalog
 from cli.commands.fleet import KNOWN_HOSTS_NAME, gather_fleet, serving_addresses
 from cli.commands.options import GatherOptions
+from cli.facts.model import ShardRecord
 from cli.inventory.load import load_inventory
 from cli.reconcile.apply import apply
-from cli.reconcile.planner import Plan, Stop, plan
+from cli.reconcile.planner import Plan, RunningShard, Stop, plan
 from cli.shards.executor import AnsibleExecutor
 from cli.shards.units import ShardFiles
 
@@ -111,16 +113,31 @@ def run(mode: str, executor: AnsibleExecutor, inventory: Path, state: Path) -> d
     reconcile = the_plan(inventory, state)
     outcome = apply(reconcile, executor, datetime.now(UTC), random.Random(7))
     seconds = time.monotonic() - started
+    runs = len(executor.runs)
+    # Then retire them all, draining, as a reconcile retires a replica it moved.
+    stops = [
+        Stop(start.replica, start.model, tuple(
+            RunningShard(f.node, ShardRecord.model_validate_json(f.record_text))
+            for f in start.files
+        ), "benchmark", drain=True)
+        for start in reconcile.starts
+    ]  # fmt: skip
+    stopping = time.monotonic()
+    stop_failures = executor.stop(stops)
+    stop_seconds = time.monotonic() - stopping
     replicas = len(reconcile.starts)
     shards = sum(len(s.files) for s in reconcile.starts)
     return {
         "mode": mode,
         "seconds": round(seconds, 2),
-        "playbook_runs": len(executor.runs),
+        "playbook_runs": runs,
         "replicas": replicas,
         "shards": shards,
         "started": len(outcome.started),
         "failed": len(outcome.failed),
+        "stop_seconds": round(stop_seconds, 2),
+        "stop_playbook_runs": len(executor.runs) - runs,
+        "stop_failed": len(stop_failures),
         # One reason is enough to see what broke: they are usually all the same.
         "first_failure": next(iter(outcome.failed.values()), None),
     }
@@ -150,10 +167,16 @@ def main() -> None:
             f" playbook runs  {figure['replicas']} replicas / {figure['shards']} shards,"
             f" {figure['started']} started, {figure['failed']} failed"
         )
+        print(
+            f"  {'':<10} {figure['stop_seconds']:>7} s  {figure['stop_playbook_runs']:>3}"
+            f" playbook runs  to stop them all, draining; {figure['stop_failed']} failed"
+        )
         if figure["first_failure"]:
             print(f"    first failure: {figure['first_failure']}")
     # A run that did not start everything measured something else: it cannot pass.
-    complete = all(f["started"] == f["replicas"] and not f["failed"] for f in figures)
+    complete = all(
+        f["started"] == f["replicas"] and not f["failed"] and not f["stop_failed"] for f in figures
+    )
     verdict = "PASS" if speedup >= GOAL and complete else "FAIL"
     print(f"  batched is {speedup:.1f}x faster  {verdict}  goal >= {GOAL:g}x")
     print(json.dumps({"bench": "apply", "figures": figures, "speedup": round(speedup, 2)}))

@@ -1,7 +1,7 @@
-"""The module start_shards.yml writes shard files with, run as Ansible runs it on a node: a
-Python process given its arguments as ANSIBLE_MODULE_ARGS (Ansible's documented way to
-run a module by itself). The playbook around it is tested on the fleet
-(test_fleet_playbooks.py: a second run changes nothing)."""
+"""The module the shard playbooks write and remove shard files with, run as Ansible runs it
+on a node: a Python process given its arguments as ANSIBLE_MODULE_ARGS (Ansible's
+documented way to run a module by itself). The playbooks around it are tested on the
+fleet (test_fleet_playbooks.py: a second run changes nothing, the files are gone)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pwd
 import stat
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,12 @@ MODULE = ROOT / "cli" / "playbooks" / "library" / "modelfleet_files.py"
 SECRET = "HF_TOKEN=hf_never_shown_0123456789\n"
 
 
-def run_module(tmp_path: Path, files: list[dict[str, Any]], check: bool = False) -> Any:
+def run_module(
+    tmp_path: Path, files: list[dict[str, Any]], absent: Sequence[str] = (), check: bool = False
+) -> Any:
     arguments = {
         "files": files,
+        "absent": list(absent),
         # Whoever runs the tests: the module chowns, and only root may give files away.
         "owner": pwd.getpwuid(os.getuid()).pw_name,
         "group": grp.getgrgid(os.getgid()).gr_name,
@@ -100,3 +104,24 @@ def test_a_mode_that_is_not_octal_fails_naming_the_file(tmp_path: Path) -> None:
     assert result["failed"] is True
     assert result["msg"] == f"{files[1]['path']}: mode 'rw-r--r--' is neither a number nor octal"
     assert not (tmp_path / "etc").exists()  # not even the files before it
+
+
+def test_removes_the_files_asked_absent_and_a_missing_one_is_no_error(tmp_path: Path) -> None:
+    run_module(tmp_path, shard(tmp_path))
+    env, unit = tmp_path / "etc" / "shards" / "a.env", tmp_path / "systemd" / "a.service"
+    gone = str(tmp_path / "never-there")
+    absent = [str(env), str(unit), gone]
+    checked = run_module(tmp_path, [], absent=absent, check=True)
+    assert checked["changed"] is True and checked["removed"] == [str(env), str(unit)]
+    assert env.exists() and unit.exists()
+    result = run_module(tmp_path, [], absent=absent)
+    assert result["changed"] is True and result["removed"] == [str(env), str(unit)]
+    assert not env.exists() and not unit.exists()
+    again = run_module(tmp_path, [], absent=absent)
+    assert again["changed"] is False and again["removed"] == []
+
+
+def test_a_path_that_cannot_be_removed_fails_naming_it(tmp_path: Path) -> None:
+    result = run_module(tmp_path, [], absent=[str(tmp_path)])
+    assert result["failed"] is True
+    assert result["msg"].startswith(f"{tmp_path}: cannot remove: ")
