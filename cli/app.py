@@ -83,4 +83,5 @@ app.command("onboard-node")(onboard.onboard_node)
 
 
 def main() -> None:
-    app()
+    # One name in every usage line and hint, however it was started (ctl, python -m cli).
+    app(prog_name="ctl")

@@ -69,8 +69,9 @@ def drain(
     catalog: CatalogOption = DEFAULT_CATALOG,
     inventory: InventoryOption = DEFAULT_INVENTORY,
 ) -> None:
-    """Cordon NODE, then move its replicas: each is placed elsewhere and serves before the
-    old one is drained. The pass also does whatever else reconcile would."""
+    """Cordon NODE, then move its replicas elsewhere, each serving before the old one drains.
+
+    The pass also does whatever else reconcile would."""
     from cli.inventory.edit import cordon_node
     from cli.inventory.load import load_inventory
     from cli.ui import console

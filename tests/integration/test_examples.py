@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -209,3 +211,22 @@ def test_the_readme_shows_what_ctl_prints_today(marker: str, args: list[str]) ->
     command, output = shown.split("\n", 1)
     assert command.startswith("$ ctl ")
     assert output == printed
+
+
+def test_the_cli_reference_is_what_every_help_says_today() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "update_cli_reference.py"), "--check"],
+        capture_output=True, text=True, cwd=ROOT, check=False, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_readme_commands_table_names_every_command_and_nothing_else() -> None:
+    # docs/cli.md's headings are every command (the test above holds them to the code).
+    headings = re.findall(r"^## (ctl.*)$", (ROOT / "docs" / "cli.md").read_text(), re.MULTILINE)
+    commands = {h for h in headings if not any(o.startswith(h + " ") for o in headings)}
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Commands") : readme.index("## Documentation")]
+    table = "\n".join(line for line in section.splitlines() if line.startswith("| `ctl"))
+    named = set(re.findall(r"`(ctl [a-z][a-z-]*(?: (?:check|init))?)\b", table))
+    assert commands == named
