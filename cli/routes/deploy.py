@@ -8,6 +8,7 @@ the routers must serve once they have reloaded it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,13 @@ from cli.catalog.load import Catalog
 from cli.cluster.snapshot import Snapshot
 from cli.inventory.schema import Inventory
 from cli.reconcile.planner import Start, Stop
-from cli.routes.litellm import LITELLM_VERSION, RouterSettings, deployment_ids, render
+from cli.routes.litellm import (
+    LITELLM_CONSTRAINTS,
+    LITELLM_VERSION,
+    RouterSettings,
+    deployment_ids,
+    render,
+)
 from cli.routes.table import RouteTable, route_table
 from cli.shards.ansible import PlaybookRun, run_playbook
 
@@ -28,11 +35,17 @@ def router_hosts(inventory: Inventory) -> tuple[str, ...]:
     return inventory.groups.get(ROUTERS_GROUP, ())
 
 
+def litellm_constraints_file() -> Path:
+    """The pip constraints file LiteLLM LITELLM_VERSION was tested with (package data)."""
+    return Path(str(resources.files("cli.routes").joinpath(LITELLM_CONSTRAINTS)))
+
+
 def router_variables(table: RouteTable, settings: RouterSettings | None = None) -> dict[str, Any]:
     return {
         "modelfleet_router_config": render(table, settings),
         "modelfleet_router_deployments": deployment_ids(table),
         "modelfleet_router_tested_version": LITELLM_VERSION,
+        "modelfleet_router_tested_constraints": litellm_constraints_file().read_text("utf-8"),
     }
 
 

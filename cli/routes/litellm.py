@@ -32,6 +32,8 @@ from cli.routes.table import ReplicaRoute, RouteTable
 # The LiteLLM the rendering is tested against (tests load it with this version) and that
 # the router playbook installs unless the inventory pins another.
 LITELLM_VERSION: Final = "1.108.7"
+# Beside this module: every package LiteLLM's proxy needs, at the versions tested with it.
+LITELLM_CONSTRAINTS: Final = "litellm-constraints.txt"
 
 PROVIDERS: Final = {"vllm": "hosted_vllm", "sglang": "openai", "llama.cpp": "openai"}
 MASTER_KEY_ENV: Final = "LITELLM_MASTER_KEY"

@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from cli.routes.deploy import litellm_constraints_file
 from cli.routes.litellm import LITELLM_VERSION
 
 VENV_ENV = "MODELFLEET_LITELLM_VENV"
@@ -57,8 +58,9 @@ def install_litellm_venv() -> Path:
         shutil.rmtree(venv, ignore_errors=True)
         steps = [
             [sys.executable, "-m", "venv", str(venv)],
+            # What the routers install: the tested versions of everything (deploy_router.yml).
             [str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check",
-             f"litellm[proxy]=={LITELLM_VERSION}"],
+             "-c", str(litellm_constraints_file()), f"litellm[proxy]=={LITELLM_VERSION}"],
         ]  # fmt: skip
         for step in steps:
             done = subprocess.run(step, capture_output=True, text=True, timeout=1200, check=False)

@@ -10,7 +10,14 @@ import yaml
 
 from cli.facts.model import ShardRecord
 from cli.reconcile.planner import plan
-from cli.routes.litellm import RouterSettings, deployment_ids, litellm_config, render
+from cli.routes.deploy import litellm_constraints_file, router_variables
+from cli.routes.litellm import (
+    LITELLM_VERSION,
+    RouterSettings,
+    deployment_ids,
+    litellm_config,
+    render,
+)
 from cli.routes.table import (
     ROUTES_FORMAT,
     State,
@@ -284,3 +291,16 @@ def test_the_routes_core_imports_no_edge_library() -> None:
         assert imported_roots(root / name) & FORBIDDEN == set(), name
         for call in ("open(", ".read_text(", ".write_text(", "subprocess", "socket"):
             assert call not in source, f"{name} uses {call}"
+
+
+def test_the_routers_get_the_tested_dependencies_of_the_tested_litellm() -> None:
+    shipped = litellm_constraints_file().read_text("utf-8")
+    pins = dict(
+        line.split("==", 1) for line in shipped.splitlines() if line and not line.startswith("#")
+    )
+    # The constraints pin litellm itself: they must be for the version ctl installs.
+    assert pins["litellm"] == LITELLM_VERSION
+    assert len(pins) > 50  # the proxy's whole tree, not just litellm
+    variables = router_variables(route_table(MODELS, snapshot(hgx("hgx-1")), ADDRESSES))
+    assert variables["modelfleet_router_tested_constraints"] == shipped
+    assert variables["modelfleet_router_tested_version"] == LITELLM_VERSION
