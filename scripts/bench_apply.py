@@ -145,7 +145,10 @@ def run(mode: str, executor: AnsibleExecutor, inventory: Path, state: Path) -> d
 
 def main() -> None:
     state = testfleet.state_dir()
-    result = testfleet.up(NODES, state=state, say=lambda _: None)
+    # Never fewer nodes than are configured: up(N) stops the nodes beyond N, and a test
+    # session (tests/integration/test_benchmarks.py runs this) may be using them.
+    configured = len(testfleet.status(state))
+    result = testfleet.up(max(NODES, configured), state=state, say=lambda _: None)
     fleet = result.fleet
     on_every_node(fleet, CLEAN + "; " + INSTALL, ENGINE.read_bytes())
     figures = []
