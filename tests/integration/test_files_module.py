@@ -125,3 +125,16 @@ def test_a_path_that_cannot_be_removed_fails_naming_it(tmp_path: Path) -> None:
     result = run_module(tmp_path, [], absent=[str(tmp_path)])
     assert result["failed"] is True
     assert result["msg"].startswith(f"{tmp_path}: cannot remove: ")
+
+
+def test_keep_existing_makes_a_file_once_and_never_replaces_it(tmp_path: Path) -> None:
+    key = tmp_path / "router" / "router.env"
+    first = {"path": str(key), "content": "KEY=one\n", "mode": "0600", "keep_existing": True}
+    made = run_module(tmp_path, [first])
+    assert made["changed"] is True and key.read_text() == "KEY=one\n"
+    key.chmod(0o644)
+    again = run_module(tmp_path, [{**first, "content": "KEY=two\n"}])
+    assert key.read_text() == "KEY=one\n"  # the secret made the first time stays
+    assert again["written"] == [] and again["changed"] is True  # only the mode was put right
+    assert mode_of(key) == 0o600
+    assert run_module(tmp_path, [{**first, "content": "KEY=three\n"}])["changed"] is False

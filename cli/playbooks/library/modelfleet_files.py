@@ -99,6 +99,7 @@ def main() -> None:
                     "path": {"type": "path", "required": True},
                     "content": {"type": "str", "required": True, "no_log": True},
                     "mode": {"type": "raw", "required": True},
+                    "keep_existing": {"type": "bool", "default": False},
                 },
             },
             "absent": {"type": "list", "elements": "path", "default": []},
@@ -118,16 +119,14 @@ def main() -> None:
     wanted = []
     for entry in module.params["files"]:
         path = Path(entry["path"])
-        wanted.append((path, entry["content"].encode("utf-8"), _mode(module, path, entry["mode"])))
-    for path, content, mode in wanted:
+        mode = _mode(module, path, entry["mode"])
+        wanted.append((path, entry["content"].encode("utf-8"), mode, entry["keep_existing"]))
+    for path, content, mode, keep_existing in wanted:
         if not path.parent.is_dir():
             changed = True
             if not module.check_mode:
                 path.parent.mkdir(DIRECTORY_MODE, parents=True)
-        try:
-            same = path.read_bytes() == content
-        except FileNotFoundError:
-            same = False
+        same = path.exists() and (keep_existing or path.read_bytes() == content)
         if not same:
             changed = True
             written.append(str(path))
