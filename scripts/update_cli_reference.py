@@ -7,15 +7,12 @@ tests/integration/test_examples.py runs that, so the reference cannot drift from
 from __future__ import annotations
 
 import difflib
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import typer
 from typer.core import TyperGroup
+from update_readme import ROOT, ctl_output
 
-ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "docs" / "cli.md"
 HEADER = """\
 # ctl command reference
@@ -49,14 +46,9 @@ def command_paths() -> list[tuple[str, ...]]:
 
 
 def help_text(path: tuple[str, ...]) -> str:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("MODELFLEET_")}
-    environment.update(COLUMNS="100", NO_COLOR="1", TERM="dumb", PYTHONPATH=str(ROOT))
-    done = subprocess.run(
-        [sys.executable, "-m", "cli", *path, "--help"],
-        capture_output=True, text=True, cwd=ROOT, env=environment, check=True, timeout=60,
-    )  # fmt: skip
+    printed = ctl_output(*path, "--help", check=True)
     # Rich pads every line to the width, and the help with blank lines; neither is content.
-    return "\n".join(line.rstrip() for line in done.stdout.splitlines()).strip("\n") + "\n"
+    return "\n".join(line.rstrip() for line in printed.splitlines()).strip("\n") + "\n"
 
 
 def reference() -> str:

@@ -19,11 +19,20 @@ BLOCKS = {
 }
 
 
-def run(command: str) -> str:
-    env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
-    args = [sys.executable, "-m", "cli", *command.split()[1:]]
-    result = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, env=env, check=False)
+def ctl_output(*args: str, check: bool = False) -> str:
+    """What `ctl ARGS` prints as the docs show it: 100 columns, no colour, and none of the
+    MODELFLEET_* settings of whoever runs this (as the tests run ctl: tests/ctl.py)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MODELFLEET_")}
+    env.update(COLUMNS="100", NO_COLOR="1", TERM="dumb", PYTHONPATH=str(ROOT))
+    result = subprocess.run(
+        [sys.executable, "-m", "cli", *args],
+        capture_output=True, text=True, cwd=ROOT, env=env, check=check, timeout=60,
+    )  # fmt: skip
     return result.stdout
+
+
+def run(command: str) -> str:
+    return ctl_output(*command.split()[1:])
 
 
 def main() -> None:

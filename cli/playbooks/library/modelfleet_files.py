@@ -1,11 +1,13 @@
 #!/usr/bin/python
-"""Ansible module: put a host's shard files in place, or remove them, all in one module run.
+"""Ansible module: put a host's files in place, or remove them, all in one module run.
 
 ansible.builtin.copy costs several round trips a file (stat, transfer, copy), and a node
 gets three files a shard; this writes them all in one, each atomically and only when its
 content, mode or owner differs, so a second run changes nothing. The contents may carry
 secrets (engine environments): they are no_log, as copy's are. Stopping removes the same
-three files a shard, again in one run rather than a `file` task per path.
+three files a shard, again in one run rather than a `file` task per path. The router's
+master key goes through it too: a new file here is never readable by others, not even
+for the moment copy leaves it at the umask's mode.
 """
 
 from __future__ import annotations
