@@ -49,7 +49,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
 
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cli.catalog.load import Catalog, CatalogModel, CatalogProfile, parse_catalog
@@ -68,12 +68,8 @@ from cli.placement.place import (
 )
 from cli.placement.reasons import Constraint
 
-PROPERTY_SETTINGS = settings(
-    max_examples=400,
-    deadline=None,
-    derandomize=False,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+# The profile (tests/conftest.py) derandomizes; this sets only how many examples.
+PROPERTY_SETTINGS = settings(max_examples=400)
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 T = TypeVar("T")
