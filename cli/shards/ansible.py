@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -81,6 +83,19 @@ def mark_unsafe(value: Any) -> Any:
     return value
 
 
+def ansible_command(name: str) -> str:
+    """The path of Ansible's command `name` (ansible-playbook, ansible-inventory…).
+
+    The one installed beside the running interpreter first: `.venv/bin/ctl` must run the
+    ansible-core it was installed with, whatever is (or is not) on PATH. Then PATH; then the
+    bare name, so that running it fails with the name in the error.
+    """
+    beside = Path(sys.executable).parent / name
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which(name) or name
+
+
 def playbook_path(name: str) -> Path:
     return Path(str(resources.files("cli.playbooks").joinpath(name)))
 
@@ -119,7 +134,7 @@ def run_playbook(
         "ANSIBLE_HOME": str(log_dir.parent / "ansible"),
     }
     command = [
-        "ansible-playbook",
+        ansible_command("ansible-playbook"),
         "-i", str(inventory),
         str(playbook),
         "-e", f"@{vars_file}",

@@ -24,10 +24,6 @@ TRICKY = Path(__file__).resolve().parent / "inventories" / "tricky"
 DOCS = ROOT / "docs" / "inventory.md"
 ABSENT = object()
 
-needs_ansible = pytest.mark.skipif(
-    shutil.which("ansible-inventory") is None, reason="ansible-inventory is not installed"
-)
-
 
 @pytest.fixture
 def tricky(tmp_path: Path) -> Path:
@@ -96,7 +92,6 @@ SCENARIOS = [
 ]
 
 
-@needs_ansible
 @pytest.mark.parametrize(
     ("command", "expected", "said"),
     [scenario[1:] for scenario in SCENARIOS],
@@ -117,7 +112,6 @@ def test_after_ctl_writes_a_cordon_ansible_reads_the_one_asked_for(
     assert len(changed) == 1, changed
 
 
-@needs_ansible
 def test_cordon_then_uncordon_of_a_range_host_leaves_the_inventory_as_it_was(
     tricky: Path, tmp_path: Path
 ) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 
 from cli.inventory.load import load_inventory
 from cli.inventory.schema import DEFAULT_SSH_PORT, Inventory, validate_host_vars
+from cli.shards.ansible import ansible_command
 from tests.unit.test_inventory import CASES as UNIT_CASES
 from tests.unit.test_inventory import write
 
@@ -42,10 +42,6 @@ def published_inventories() -> list[Path]:
 
 INVENTORIES = OURS + published_inventories()
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("ansible-inventory") is None, reason="ansible-inventory is not installed"
-)
-
 
 def ansible_list(inventory: Path, tmp_path: Path) -> dict[str, Any]:
     """`ansible-inventory -i INVENTORY --list`, with Ansible's defaults and nothing of ours."""
@@ -62,7 +58,7 @@ def ansible_list(inventory: Path, tmp_path: Path) -> dict[str, Any]:
         "ANSIBLE_NOCOLOR": "1",
     }
     done = subprocess.run(
-        ["ansible-inventory", "-i", str(inventory), "--list"],
+        [ansible_command("ansible-inventory"), "-i", str(inventory), "--list"],
         env=env,
         cwd=tmp_path,
         capture_output=True,

@@ -534,7 +534,6 @@ def test_no_ca_is_bad_input(tmp_path: Path) -> None:
     assert not (tmp_path / "inventory").exists()
 
 
-@pytest.mark.skipif(shutil.which("ansible-inventory") is None, reason="no ansible-inventory")
 @pytest.mark.parametrize(
     "new",
     [
