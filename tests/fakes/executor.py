@@ -5,6 +5,11 @@ would, and can be told to fail a shard or to be interrupted, so apply() is teste
 what ends up running, not for which mocks were called. It is also a Router: it keeps the
 replicas a router would send requests to, and notes every replica stopped while still
 routed and every one routed before its rank 0 served.
+
+It is no more forgiving than a node: a shard asking for a GPU another of its shards holds
+fails to start (CUDA would refuse the memory), and so does one whose port or rendezvous
+port is already bound there (the engine's bind fails: "address already in use"). A stop
+can be made to fail, as a unit that will not stop does.
 """
 
 from __future__ import annotations
@@ -15,13 +20,24 @@ from dataclasses import dataclass, field, replace
 from cli.cluster.snapshot import Snapshot, with_shards
 from cli.facts.model import ShardRecord
 from cli.reconcile.planner import Start, Stop
+from cli.shards.engines import RENDEZVOUS_OFFSET
 from cli.shards.units import ShardFiles, unit_name
+
+
+def _ports(record: ShardRecord) -> set[int]:
+    """What a shard binds on its node: its port, and rank 0's rendezvous beside it."""
+    if record.port is None:
+        return set()
+    if record.nodes > 1 and record.rank == 0:
+        return {record.port, record.port + RENDEZVOUS_OFFSET}
+    return {record.port}
 
 
 @dataclass
 class FakeFleet:
     records: dict[tuple[str, str], ShardRecord] = field(default_factory=dict)  # (node, unit)
     fail: set[tuple[str, int]] = field(default_factory=set)  # (replica, rank) that won't start
+    fail_stop: set[str] = field(default_factory=set)  # replicas whose units will not stop
     interrupt_on_rank0: bool = False
     calls: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
     routed: set[str] = field(default_factory=set)  # replicas the router sends requests to
@@ -40,7 +56,10 @@ class FakeFleet:
         failures = {}
         for files in shards:
             record = ShardRecord.model_validate_json(files.record_text)
-            if (files.replica, files.rank) in self.fail:
+            clash = self._clash(files.node, record)
+            if clash is not None:
+                failures[(files.node, files.unit)] = clash
+            elif (files.replica, files.rank) in self.fail:
                 self.records[(files.node, files.unit)] = record.model_copy(
                     update={"state": "failed"}
                 )
@@ -49,13 +68,31 @@ class FakeFleet:
                 self.records[(files.node, files.unit)] = record
         return failures
 
+    def _clash(self, node: str, record: ShardRecord) -> str | None:
+        """Why `record` cannot start beside what already runs on `node`, or None."""
+        for (where, _), other in sorted(self.records.items()):
+            if where != node or other.replica == record.replica or other.state == "stopped":
+                continue
+            gpus = sorted(set(record.gpus) & set(other.gpus))
+            if gpus:
+                return f"GPU {gpus[0]} is in use by {other.replica}"
+            ports = sorted(_ports(record) & _ports(other))
+            if ports:
+                return f"port {ports[0]}: address already in use ({other.replica})"
+        return None
+
     def stop(self, stops: Sequence[Stop]) -> dict[tuple[str, str], str]:
         self.calls.append(("stop", tuple(s.replica for s in stops)))
         self.stopped_while_routed += [s.replica for s in stops if s.replica in self.routed]
+        failures = {}
         for stop in stops:
             for shard in stop.shards:
-                self.records.pop((shard.node, unit_name(stop.replica, shard.record.rank)), None)
-        return {}
+                unit = unit_name(stop.replica, shard.record.rank)
+                if stop.replica in self.fail_stop:
+                    failures[(shard.node, unit)] = f"{unit} did not stop"
+                else:
+                    self.records.pop((shard.node, unit), None)
+        return failures
 
     def route(self, add: Sequence[Start], withdraw: Sequence[Stop]) -> str | None:
         changes = [f"+{s.replica}" for s in add] + [f"-{s.replica}" for s in withdraw]

@@ -148,3 +148,13 @@ def test_without_a_router_an_apply_routes_nothing() -> None:
     fake, the_plan = broken_and_retired()
     apply(the_plan, fake, NOW, random.Random(1))
     assert "route" not in [verb for verb, _ in fake.calls]
+
+
+def test_a_replica_whose_units_will_not_stop_is_reported_not_stopped() -> None:
+    fake, the_plan = broken_and_retired()
+    fake.fail_stop = {"gone-1"}
+    outcome = apply(the_plan, fake, NOW, random.Random(1), router=fake)
+    assert outcome.stop_failures == {"gone-1": "modelfleet-gone-1-rank0.service did not stop"}
+    assert "gone-1" not in outcome.stopped
+    assert "gone-1" in fake.running()
+    assert not outcome.complete
