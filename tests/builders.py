@@ -39,6 +39,7 @@ class NodeSpec:
     cordoned: str | None = None
     unreachable_for: timedelta | None = None
     gpus_known: bool = True
+    listening: Sequence[int] = ()  # ports something listens on (None reported when empty)
 
 
 def nvswitch(count: int = 8) -> list[list[int]]:
@@ -148,6 +149,7 @@ def facts(spec: NodeSpec) -> NodeFacts:
         nvlink_domains=None if spec.domains is None else tuple(tuple(d) for d in spec.domains),
         hcas=hcas,
         shards=tuple(spec.shards),
+        listening_ports=tuple(spec.listening) if spec.listening else None,
     )
 
 
