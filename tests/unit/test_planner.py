@@ -4,10 +4,12 @@ properties — something bad never happens — case by case."""
 from __future__ import annotations
 
 import random
-from datetime import timedelta
+from datetime import datetime, timedelta
+
+import pytest
 
 from cli.cluster.snapshot import Snapshot
-from cli.reconcile.backoff import BASE_DELAY, MAX_DELAY, Backoff, delay_bounds
+from cli.reconcile.backoff import Backoff, delay_bounds
 from cli.reconcile.planner import Plan, applied, plan
 from tests.builders import NOW, catalog, hgx, shard, snapshot
 
@@ -69,11 +71,54 @@ def test_no_plan_hands_one_gpu_to_two_replicas() -> None:
     assert all(g >= 5 for _, g in gpus)  # 0-4 are the other replica's
 
 
-def test_shards_on_one_node_never_share_a_port() -> None:
+def test_a_new_shard_skips_the_port_a_running_shard_holds() -> None:
     fleet = snapshot(hgx("hgx-1", shards=[shard("small-1", "small", [0, 1], profile="x2")]))
     result = reconcile(fleet)
-    ports = [f.port for s in result.starts for f in s.files if f.node == "hgx-1"]
-    assert 8000 not in ports and len(ports) == len(set(ports))
+    ports = [(f.node, f.port) for s in result.starts for f in s.files]
+    assert ports == [("hgx-1", 8001)]  # small-1 holds 8000; big needs two nodes
+
+
+PAIRS = catalog(
+    """\
+    models:
+      pair:
+        source: hf://org/pair
+        replicas: {min: 2}
+        profiles:
+          - {name: x8, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 4,
+             nodes: 2, tensor_parallel: 8}
+    """
+)
+
+
+def test_two_new_shards_on_one_node_get_distinct_ports_and_rendezvous_ports() -> None:
+    fleet = snapshot(hgx("hgx-1", fabrics=FABRIC), hgx("hgx-2", fabrics=FABRIC))
+    result = plan(PAIRS, fleet, {}, ADDRESSES, random.Random(1))
+    files = [(f.replica, f.node, f.rank, f.port) for s in result.starts for f in s.files]
+    assert files == [
+        ("pair-1", "hgx-1", 0, 8000),
+        ("pair-1", "hgx-2", 1, 8000),
+        ("pair-2", "hgx-1", 0, 8001),
+        ("pair-2", "hgx-2", 1, 8001),
+    ]
+    first, second = result.starts
+    assert '"--master-port" "18000"' in first.workers[0].unit_text
+    assert '"--master-port" "18001"' in second.workers[0].unit_text
+
+
+def test_a_port_whose_rendezvous_port_is_in_use_is_skipped() -> None:
+    fleet = snapshot(hgx("hgx-1", listening=[8000, 18001]))
+    models = catalog(
+        """\
+        models:
+          m:
+            source: hf://org/m
+            profiles:
+              - {name: x1, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 1}
+        """
+    )
+    (start,) = plan(models, fleet, {}, ADDRESSES, random.Random(1)).starts
+    assert start.leader.port == 8002  # 8000 listens; 8001's rendezvous port 18001 does
 
 
 def test_a_lost_nodes_replica_is_stopped_where_it_runs_and_placed_elsewhere() -> None:
@@ -124,7 +169,8 @@ def test_a_failed_shard_fails_its_replica_whole_and_the_model_backs_off() -> Non
     assert not [s for s in result.starts if s.model == "big"]
     (wait,) = result.waits
     assert wait.failures == 1
-    assert NOW + BASE_DELAY / 2 <= wait.until <= NOW + BASE_DELAY
+    # After the first failure: between half and all of 30 s.
+    assert NOW + timedelta(seconds=15) <= wait.until <= NOW + timedelta(seconds=30)
 
 
 def test_a_replica_missing_a_rank_is_failed() -> None:
@@ -134,13 +180,30 @@ def test_a_replica_missing_a_rank_is_failed() -> None:
         hgx("hgx-2", fabrics=FABRIC),
     )  # fmt: skip
     (stop,) = reconcile(fleet).stops
-    assert stop.reason == "rank 1 missing"
+    assert stop.reason == "rank 1 missing" and not stop.drain
+    assert [(s.node, s.record.rank) for s in stop.shards] == [("hgx-1", 0)]
+
+
+def test_a_replica_missing_its_rank_0_is_stopped_whole() -> None:
+    fleet = snapshot(
+        hgx("hgx-1", fabrics=FABRIC),
+        hgx("hgx-2", fabrics=FABRIC,
+            shards=[shard("big-1", "big", range(8), 1, profile="x16", nodes=2)]),
+    )  # fmt: skip
+    result = reconcile(fleet)
+    (stop,) = result.stops
+    assert (stop.replica, stop.reason, stop.drain) == ("big-1", "rank 0 missing", False)
+    assert [(s.node, s.record.rank) for s in stop.shards] == [("hgx-2", 1)]
+    assert [(w.model, w.failures) for w in result.waits] == [("big", 1)]
 
 
 def test_the_backoff_grows_exponentially_with_jitter_within_bounds() -> None:
-    assert delay_bounds(1) == (BASE_DELAY / 2, BASE_DELAY)
-    assert delay_bounds(3) == (BASE_DELAY * 2, BASE_DELAY * 4)
-    assert delay_bounds(30) == (MAX_DELAY / 2, MAX_DELAY)
+    # 30 s × 2ⁿ⁻¹ after the n-th failure, capped at 30 minutes; drawn from its upper half.
+    assert delay_bounds(1) == (timedelta(seconds=15), timedelta(seconds=30))
+    assert delay_bounds(3) == (timedelta(seconds=60), timedelta(seconds=120))
+    assert delay_bounds(6) == (timedelta(minutes=8), timedelta(minutes=16))
+    assert delay_bounds(7) == (timedelta(minutes=15), timedelta(minutes=30))  # 32 min, capped
+    assert delay_bounds(30) == (timedelta(minutes=15), timedelta(minutes=30))
     ledger = {"big": Backoff(failures=3, until=NOW - timedelta(seconds=1), counted=("big-1@?",))}
     fleet = snapshot(
         hgx("hgx-1", fabrics=FABRIC,
@@ -152,7 +215,7 @@ def test_the_backoff_grows_exponentially_with_jitter_within_bounds() -> None:
     for seed in range(20):
         (wait,) = reconcile(fleet, dict(ledger), seed).waits
         assert wait.failures == 4
-        assert NOW + BASE_DELAY * 4 <= wait.until <= NOW + BASE_DELAY * 8
+        assert NOW + timedelta(seconds=120) <= wait.until <= NOW + timedelta(seconds=240)
         waits.add(wait.until)
     assert len(waits) > 10  # jittered, not one moment for everyone
 
@@ -165,6 +228,24 @@ def test_a_failure_is_counted_once_however_often_it_is_seen() -> None:
     first = reconcile(fleet)
     again = reconcile(fleet, dict(first.ledger))
     assert first.ledger["big"].failures == again.ledger["big"].failures == 1
+
+
+@pytest.mark.parametrize(
+    "until", [NOW - timedelta(seconds=1), NOW], ids=["a-second-ago", "exactly-now"]
+)
+def test_an_expired_backoff_is_a_start_not_a_wait(until: datetime) -> None:
+    ledger = {"small": Backoff(failures=2, until=until, counted=("small-1@?", "small-2@?"))}
+    result = reconcile(empty_fleet(), ledger)
+    assert result.waits == ()
+    assert sorted(s.replica for s in result.starts) == ["big-1", "small-1", "small-2"]
+
+
+def test_a_backoff_still_running_is_a_wait_not_a_start() -> None:
+    until = NOW + timedelta(seconds=1)
+    ledger = {"small": Backoff(failures=2, until=until, counted=("small-1@?", "small-2@?"))}
+    result = reconcile(empty_fleet(), ledger)
+    assert [(w.model, w.until, w.failures) for w in result.waits] == [("small", until, 2)]
+    assert [s.replica for s in result.starts] == ["big-1"]
 
 
 def test_a_model_serving_as_wanted_forgets_its_failures() -> None:
@@ -186,6 +267,45 @@ def test_scaling_down_drains_the_lowest_priority_profile_first_and_keeps_manual_
     # 4 running, min 2, max 3: the manual one may stay once the model is within max.
     assert [(d.replica, d.drain) for d in drained] == [("small-2", True), ("small-1", True)]
     assert drained[0].reason == "scale down: 4 running, replicas.min 2"
+
+
+def test_manual_replicas_above_replicas_max_are_drained_down_to_it() -> None:
+    fleet = snapshot(*(
+        hgx(f"hgx-{i}", shards=[shard(f"small-{i}", "small", [0, 1], profile="x2",
+                                      origin="manual", started=NOW - timedelta(hours=5 - i))])
+        for i in range(1, 5)
+    ))  # fmt: skip
+    result = reconcile(fleet)
+    # 4 running, all started by hand, min 2, max 3: only the newest goes, to reach max.
+    assert [(d.replica, d.reason) for d in result.drains] == [
+        ("small-4", "scale down: 4 running, replicas.min 2")
+    ]
+
+
+def test_scaling_down_never_drains_a_replica_on_an_unreachable_node() -> None:
+    fleet = snapshot(
+        hgx("hgx-1", unreachable_for=timedelta(minutes=5),
+            shards=[shard("small-1", "small", [0], profile="x1")]),
+        hgx("hgx-2", shards=[shard("small-2", "small", [0, 1], profile="x2")]),
+        hgx("hgx-3", shards=[shard("small-3", "small", [0, 1], profile="x2")]),
+    )  # fmt: skip
+    result = reconcile(fleet)
+    # small-1 would go first (lowest priority), but its node is unreachable: left alone.
+    assert [leave.replica for leave in result.leaves] == ["small-1"]
+    assert [(d.replica, [s.node for s in d.shards]) for d in result.drains] == [
+        ("small-2", ["hgx-2"])
+    ]
+
+
+def test_an_unwanted_replica_is_drained_only_where_its_node_is_reachable() -> None:
+    fleet = snapshot(
+        hgx("hgx-1", unreachable_for=timedelta(minutes=5),
+            shards=[shard("old-1", "retired", range(8), 0, nodes=2)]),
+        hgx("hgx-2", shards=[shard("old-1", "retired", range(8), 1, nodes=2)]),
+    )  # fmt: skip
+    (drain,) = [d for d in reconcile(fleet).drains if d.replica == "old-1"]
+    assert [(s.node, s.record.rank) for s in drain.shards] == [("hgx-2", 1)]
+    assert drain.drain and drain.reason == "no catalog model retired wants it"
 
 
 def test_a_replica_no_catalog_model_wants_is_drained() -> None:
