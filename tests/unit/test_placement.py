@@ -8,7 +8,7 @@ from cli.catalog.load import Catalog
 from cli.cluster.snapshot import Snapshot, build_snapshot
 from cli.facts.gpuclass import gpu_class
 from cli.placement.explain import assumption_lines, summarize_attempt
-from cli.placement.place import PlacementRun, ReplicaPlacement, Verdict, place
+from cli.placement.place import PlacementRun, ReplicaPlacement, Verdict, place, spread_limit
 from cli.placement.reasons import Blocking, Constraint
 from tests.builders import (
     NOW,
@@ -85,10 +85,21 @@ def test_a_tensor_parallel_pair_stays_inside_one_nvlink_bridge() -> None:
     assert placement.shards[0].note == "one NVLink domain"
 
 
-def test_a_single_gpu_goes_to_the_nvlink_pair_already_half_used() -> None:
+def test_a_single_gpu_takes_the_lowest_free_index_whatever_the_nvlink_pairs() -> None:
     models = one_model("{name: one, priority: 1, engine: vllm, gpu_class: A100, gpus_per_node: 1}")
     fleet = snapshot(NodeSpec("a100-1", "A100", 4, pairs(4), shards=[shard("x-1", "x", [2])]))
-    assert one(models, fleet).shards[0].gpus == (0,)  # groups of one need no domain
+    placement = one(models, fleet)
+    # A group of one needs no domain: GPU 0 of the untouched pair, not GPU 3 beside GPU 2.
+    assert (placement.shards[0].gpus, placement.shards[0].note) == ((0,), "")
+
+
+def test_of_two_nvlink_domains_that_hold_the_group_the_one_with_fewest_free_wins() -> None:
+    models = one_model("{name: x2, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 2}")
+    # Two domains of four; GPU 4 is held, so the second has 3 free and the first 4.
+    fleet = snapshot(NodeSpec("hgx-1", "H100", 8, [[0, 1, 2, 3], [4, 5, 6, 7]],
+                              shards=[shard("x-1", "x", [4])]))  # fmt: skip
+    placement = one(models, fleet)
+    assert (placement.shards[0].gpus, placement.shards[0].note) == ((5, 6), "one NVLink domain")
 
 
 def test_without_a_known_topology_the_lowest_free_indices_are_taken() -> None:
@@ -163,7 +174,7 @@ models:
 """
 
 
-def test_a_multi_node_replica_takes_the_emptiest_nodes_of_one_fabric() -> None:
+def test_a_multi_node_replica_stays_on_one_fabric_with_its_active_hcas() -> None:
     east = [("ib-east", ["mlx5_0", "mlx5_1"])]
     west = [("ib-west", ["mlx5_0", "mlx5_1"])]
     fleet = snapshot(
@@ -175,6 +186,47 @@ def test_a_multi_node_replica_takes_the_emptiest_nodes_of_one_fabric() -> None:
     assert [(s.node, s.rank, s.fabric, s.hcas) for s in placement.shards] == [
         ("hgx-2", 0, "ib-west", ("mlx5_0", "mlx5_1")),
         ("hgx-3", 1, "ib-west", ("mlx5_0",)),
+    ]
+
+
+def test_a_multi_node_replica_takes_the_emptiest_of_three_nodes() -> None:
+    fabric = [("ib", ["mlx5_0"])]
+    models = catalog(
+        """\
+        models:
+          ds:
+            source: hf://org/ds
+            profiles:
+              - {name: x4, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 2, nodes: 2,
+                 tensor_parallel: 4}
+        """
+    )
+    fleet = snapshot(
+        hgx("hgx-1", fabrics=fabric, shards=[shard("o-1", "o", [0, 1])]),  # 6 free
+        hgx("hgx-2", fabrics=fabric),  # 8 free
+        hgx("hgx-3", fabrics=fabric, shards=[shard("o-2", "o", [0])]),  # 7 free
+    )
+    placement = one(models, fleet)
+    assert [(s.node, s.rank, s.gpus) for s in placement.shards] == [
+        ("hgx-2", 0, (0, 1)),
+        ("hgx-3", 1, (1, 2)),
+    ]
+
+
+def test_a_multi_node_replica_takes_the_fabric_whose_nodes_have_most_free_gpus() -> None:
+    east, west = [("ib-east", ["mlx5_0"])], [("ib-west", ["mlx5_0"])]
+    four = MULTI.replace("gpus_per_node: 8", "gpus_per_node: 4")
+    models = catalog(four.replace("tensor_parallel: 16", "tensor_parallel: 8"))
+    fleet = snapshot(
+        hgx("hgx-1", fabrics=east, shards=[shard("o-1", "o", [0, 1])]),  # 6 free
+        hgx("hgx-2", fabrics=east, shards=[shard("o-2", "o", [0, 1])]),  # 6 free
+        hgx("hgx-3", fabrics=west, shards=[shard("o-3", "o", [0])]),  # 7 free
+        hgx("hgx-4", fabrics=west),  # 8 free
+    )
+    placement = one(models, fleet)
+    assert [(s.node, s.rank, s.fabric) for s in placement.shards] == [
+        ("hgx-4", 0, "ib-west"),
+        ("hgx-3", 1, "ib-west"),
     ]
 
 
@@ -229,6 +281,23 @@ def test_a_small_node_is_refused_with_its_memory_and_the_need() -> None:
     assert messages(placement)[("cpu", "cpu-small")] == "has 8 GB of memory, needs 24"
     assert placement.rejections[0].constraint is Constraint.MEMORY
     assert placement.verdict is Verdict.NEVER
+
+
+def test_a_node_with_exactly_the_memory_asked_for_fits() -> None:
+    fleet = snapshot(NodeSpec("cpu-24", memory_gib=24, labels={"role": "coding"}))
+    placement = one(catalog(CPU), fleet)
+    assert [s.node for s in placement.shards] == ["cpu-24"]
+    assert placement.rejections == ()
+
+
+def test_a_node_left_with_exactly_the_memory_asked_for_fits() -> None:
+    fleet = snapshot(
+        NodeSpec("cpu-48", memory_gib=48, labels={"role": "coding"},
+                 shards=[shard("a-1", "a", [], memory_gib=24)]),
+    )  # fmt: skip
+    placement = one(catalog(CPU), fleet)
+    assert [s.node for s in placement.shards] == ["cpu-48"]
+    assert placement.rejections == ()
 
 
 def test_a_node_that_did_not_report_memory_is_used_and_the_assumption_said() -> None:
@@ -297,6 +366,31 @@ def test_a_gpu_with_ecc_errors_or_a_foreign_process_is_not_free() -> None:
         "6 of 8 H100 usable, needs 8 (GPU 2: 2 uncorrected ECC errors; GPU 5: pid 4005 python3)"
     )
     assert placement.shards[0].gpus == (0, 1, 3, 4)
+
+
+TP8 = "{name: tp8, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 8}"
+
+
+def test_one_gpu_short_for_a_faulty_gpu_is_refused_as_a_condition() -> None:
+    placement = one(one_model(TP8), snapshot(hgx("hgx-1", ecc={2: 2})))
+    assert not placement.placed and placement.verdict is Verdict.BLOCKED
+    (rejection,) = placement.rejections
+    assert (rejection.constraint, rejection.blocking, rejection.message) == (
+        Constraint.GPUS,
+        Blocking.CONDITION,
+        "7 of 8 H100 usable, needs 8 (GPU 2: 2 uncorrected ECC errors)",
+    )
+
+
+def test_one_gpu_short_for_a_gpu_our_shard_holds_is_refused_as_capacity() -> None:
+    placement = one(one_model(TP8), snapshot(hgx("hgx-1", shards=[shard("o-1", "o", [2])])))
+    assert not placement.placed and placement.verdict is Verdict.NOT_NOW
+    (rejection,) = placement.rejections
+    assert (rejection.constraint, rejection.blocking, rejection.message) == (
+        Constraint.GPUS,
+        Blocking.CAPACITY,
+        "7 of 8 H100 free, needs 8 (GPU 2 held by o-1)",
+    )
 
 
 def test_a_gpu_class_mismatch_names_what_the_node_has() -> None:
@@ -381,3 +475,30 @@ def test_a_model_of_many_replicas_puts_at_most_a_quarter_on_a_node_while_others_
     # Once every node holds its quarter, best fit packs instead of spreading further.
     run = place(models, snapshot(hgx("hgx-1"), hgx("hgx-2")))
     assert [p.shards[0].node for p in run.placements].count("hgx-1") == 6
+
+
+def test_the_spread_limit_is_a_quarter_of_replicas_max_rounded_up() -> None:
+    def limit(maximum: int) -> int:
+        models = catalog(
+            f"""\
+            models:
+              m:
+                source: hf://org/m
+                replicas: {{min: 0, max: {maximum}}}
+                profiles:
+                  - {{name: x1, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 1}}
+            """
+        )
+        return spread_limit(models.models["m"])
+
+    assert [limit(n) for n in (0, 1, 4, 5, 8, 9)] == [1, 1, 1, 2, 2, 3]
+
+
+def test_a_node_takes_replicas_up_to_the_spread_limit_exactly_then_others_do() -> None:
+    models = one_model(
+        "{name: x1, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 1}", replicas=5
+    )
+    run = place(models, snapshot(hgx("hgx-1"), hgx("hgx-2"), hgx("hgx-3"), hgx("hgx-4")))
+    # replicas.max 5: a quarter rounded up is 2; best fit packs each node to 2, no further.
+    nodes = [p.shards[0].node for p in run.placements]
+    assert nodes == ["hgx-1", "hgx-1", "hgx-2", "hgx-2", "hgx-3"]
