@@ -170,6 +170,46 @@ def test_a_mistake_is_refused_with_file_line_and_key(old: str, new: str, expecte
     assert expected in errors_of(BASE.replace(old, new, 1))
 
 
+@pytest.mark.parametrize(
+    ("replicas", "expected"),
+    [("{min: 2, max: 2}", (2, 2)), ("{min: 2}", (2, 2)), ("{min: 0, max: 0}", (0, 0))],
+    ids=["min-equals-max", "max-defaults-to-min", "both-zero"],
+)
+def test_replicas_min_equal_to_max_loads(replicas: str, expected: tuple[int, int]) -> None:
+    model = load(BASE.replace("replicas: {min: 1, max: 2}", f"replicas: {replicas}")).models
+    assert (model["qwen"].replicas_min, model["qwen"].replicas_max) == expected
+
+
+def test_replicas_min_one_above_max_is_refused() -> None:
+    assert errors_of(BASE.replace("replicas: {min: 1, max: 2}", "replicas: {min: 3, max: 2}")) == [
+        "catalog.yaml:6: models.qwen.replicas.min: min 3 is more than max 2"
+    ]
+
+
+@pytest.mark.parametrize("alias", ["coder small", "-coder", ".coder", "coder/v2", "cöder"])
+def test_an_alias_breaking_the_name_pattern_is_refused(alias: str) -> None:
+    assert errors_of(BASE.replace("aliases: [coder]", f"aliases: ['{alias}']")) == [
+        "catalog.yaml:4: models.qwen.aliases[0]: an alias uses letters, digits, '.', '_' and '-'"
+        " only"
+    ]
+
+
+def test_an_alias_of_letters_digits_dots_underscores_and_dashes_loads() -> None:
+    catalog = load(BASE.replace("aliases: [coder]", "aliases: [Coder2.5_x-1]"))
+    assert catalog.aliases == {"Coder2.5_x-1": "qwen", "coder-small": "small"}
+
+
+def test_a_model_name_breaking_the_name_pattern_is_refused() -> None:
+    assert errors_of(
+        BASE.replace("  small:\n", "  'small model':\n").replace(
+            "fallbacks: [small]", "fallbacks: [small model]"
+        )
+    ) == [
+        "catalog.yaml:17: models.small model: a model name uses letters, digits, '.', '_' and '-'"
+        " only"
+    ]
+
+
 def test_a_fallback_cycle_is_refused_naming_the_whole_cycle() -> None:
     text = BASE.replace(
         "    aliases: [coder-small]\n", "    aliases: [coder-small]\n    fallbacks: [coder]\n"
@@ -203,14 +243,23 @@ def test_tensor_parallel_must_split_evenly_over_a_nodes_gpus() -> None:
 
 
 def test_every_problem_is_reported_not_just_the_first() -> None:
-    text = BASE.replace("engine: vllm", "engine: vlm").replace(
-        "fallbacks: [small]", "fallbacks: [x]"
-    )
-    assert len(errors_of(text)) == 1  # schema errors stop before cross-key checks
     text = BASE.replace("fallbacks: [small]", "fallbacks: [x]").replace(
         "aliases: [coder-small]", "aliases: [coder]"
     )
-    assert len(errors_of(text)) == 2
+    assert errors_of(text) == [
+        "catalog.yaml:5: models.qwen.fallbacks[0]: 'x' is not a model or alias",
+        "catalog.yaml:19: models.small.aliases[0]: alias 'coder' is already an alias of 'qwen'",
+    ]
+
+
+def test_a_schema_error_stops_before_the_cross_key_checks() -> None:
+    text = BASE.replace("engine: vllm", "engine: vlm").replace(
+        "fallbacks: [small]", "fallbacks: [x]"
+    )
+    assert errors_of(text) == [
+        "catalog.yaml:10: models.qwen.profiles[0].engine: 'vlm' is not one of vllm, sglang,"
+        " llama.cpp (did you mean 'vllm'?)"
+    ]
 
 
 def test_invalid_yaml_names_the_line() -> None:
