@@ -12,11 +12,11 @@ import pytest
 from cli.facts.model import Gpu, GpuProcess, HcaPort, Memory, NodeFacts, ShardRecord
 from cli.facts.parse import (
     GPU_QUERY_FIELDS,
-    NOT_REPORTED,
     FactsParseError,
     apply_cgroup_limit,
     parse_compute_apps,
     parse_infiniband,
+    parse_listening_ports,
     parse_meminfo,
     parse_query_gpu,
     parse_shard_records,
@@ -268,7 +268,21 @@ def test_query_gpu_rows_become_gpus_with_mib_and_ecc_counts() -> None:
     )
 
 
-@pytest.mark.parametrize("token", sorted(NOT_REPORTED))
+# What nvidia-smi prints where it has no value (docs/facts.md), written out: a token dropped
+# from the parser's list must fail here, not silently leave the parametrization.
+@pytest.mark.parametrize(
+    "token",
+    [
+        "[N/A]",
+        "N/A",
+        "[Not Supported]",
+        "[Unknown Error]",
+        "[GPU requires reset]",
+        "[GPU is lost]",
+        "[Insufficient Permissions]",
+        "ERR!",
+    ],
+)
 def test_a_value_nvidia_smi_cannot_give_is_not_reported_rather_than_zero(token: str) -> None:
     (gpu,) = parse_query_gpu(f"0, GPU-x, Tesla T4, {token}, {token}, {token}, {token}\n")
 
@@ -776,7 +790,7 @@ SHARD = (
 
 
 def test_shard_records_are_one_json_object_per_line_and_blank_lines_are_skipped() -> None:
-    worker = SHARD.replace('"rank": 0', '"rank": 1').replace('"state"', '"x"')
+    worker = SHARD.replace('"rank": 0', '"rank": 1').replace('"gpus": [0, 1]', '"gpus": [2, 3]')
     records = parse_shard_records(f"{SHARD}\n\n{worker}\n")
 
     assert records == (
@@ -791,9 +805,49 @@ def test_shard_records_are_one_json_object_per_line_and_blank_lines_are_skipped(
             started=datetime(2025, 1, 15, 10, 0, tzinfo=UTC),
             memory_gib=24.0,
         ),
-        records[0].model_copy(update={"rank": 1}),
+        ShardRecord(
+            replica="qwen2.5-coder-14b-0",
+            model="qwen2.5-coder-14b",
+            profile="h100x2",
+            rank=1,
+            gpus=(2, 3),
+            port=8000,
+            engine="vllm",
+            started=datetime(2025, 1, 15, 10, 0, tzinfo=UTC),
+            memory_gib=24.0,
+        ),
     )
-    assert records[1].rank == 1
+    assert [r.state for r in records] == ["running", "running"]  # no unit word: the default
+
+
+STARTING = SHARD.replace('"memory_gib": 24.0', '"memory_gib": 24.0, "state": "starting"')
+
+
+@pytest.mark.parametrize(
+    ("unit_state", "expected"),
+    [
+        ("active", "running"),
+        ("reloading", "running"),
+        ("activating", "starting"),
+        ("deactivating", "failed"),
+        ("inactive", "failed"),
+        ("failed", "failed"),
+        ("unknown", "starting"),  # no systemctl on the node: the record's own word stands
+        ("offline", "starting"),  # no systemd running: the record's own word stands
+        ("", "starting"),
+    ],
+)
+def test_the_units_systemctl_word_sets_the_shards_state(unit_state: str, expected: str) -> None:
+    (record,) = parse_shard_records(f"{STARTING}\t{unit_state}\n")
+
+    assert (record.replica, record.state) == ("qwen2.5-coder-14b-0", expected)
+
+
+def test_an_unknown_unit_state_is_rejected_with_its_line() -> None:
+    with pytest.raises(FactsParseError) as raised:
+        parse_shard_records(f"{SHARD}\tactive\n{SHARD}\tdead\n")
+
+    assert str(raised.value) == "shard records line 2: unknown unit state 'dead'"
 
 
 def test_no_shard_records_means_an_empty_tuple() -> None:
@@ -832,6 +886,59 @@ def test_no_shard_records_means_an_empty_tuple() -> None:
 def test_a_malformed_shard_record_is_rejected_with_its_line(text: str, expected: str) -> None:
     with pytest.raises(FactsParseError) as raised:
         parse_shard_records(text)
+
+    assert str(raised.value) == expected
+
+
+# --------------------------------------------------------------------------- /proc/net/tcp
+
+# /proc/net/tcp and tcp6 as the kernel prints them (Documentation/networking/proc_net_tcp.rst):
+# local and remote address:port in hex, then the state, 0A being LISTEN.
+TCP = (
+    "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout"
+    " inode\n"
+    "   0: 00000000:1F40 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0"
+    " 31337 1 0000000000000000 100 0 0 10 0\n"
+    "   1: 0100007F:0CEA 00000000:0000 0A 00000000:00000000 00:00000000 00000000   113        0"
+    " 21450 1 0000000000000000 100 0 0 10 0\n"
+    "   2: 0A000001:1F40 0A000002:C350 01 00000000:00000000 02:000A7F1E 00000000     0        0"
+    " 31338 2 0000000000000000 20 4 30 10 -1\n"
+    "   3: 0A000001:B1E6 0A000003:1F41 01 00000000:00000000 02:00000D2A 00000000  1000        0"
+    " 40123 2 0000000000000000 20 4 30 10 -1\n"
+    "   4: 0A000001:1F42 0A000004:D431 06 00000000:00000000 03:00001771 00000000     0        0"
+    " 0 3 0000000000000000\n"
+    "  sl  local_address                         remote_address                        st tx_queue"
+    " rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+    "   0: 00000000000000000000000000000000:0016 00000000000000000000000000000000:0000 0A"
+    " 00000000:00000000 00:00000000 00000000     0        0 17771 1 0000000000000000 100 0 0 10 0\n"
+)
+
+
+def test_only_ports_in_listen_state_are_listening_ports() -> None:
+    # 8000, 3306 (MySQL on loopback) and 22 (tcp6) listen; 45542 is an outgoing connection
+    # and 8002 a closed one waiting out TIME_WAIT; 8000's accepted connection is 8000 again.
+    assert parse_listening_ports(TCP) == (22, 3306, 8000)
+
+
+def test_no_tcp_rows_means_no_listening_ports() -> None:
+    assert parse_listening_ports(TCP.splitlines()[0] + "\n") == ()
+    assert parse_listening_ports("") == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("   0: 00000000:1F40\n", "/proc/net/tcp line 1: not a /proc/net/tcp row"),
+        (
+            "   0: 00000000:XYZ 00000000:0000 0A 00000000:00000000\n",
+            "/proc/net/tcp line 1: bad local address '00000000:XYZ'",
+        ),
+    ],
+    ids=["short-row", "bad-port"],
+)
+def test_a_malformed_tcp_row_is_rejected_with_its_line(text: str, expected: str) -> None:
+    with pytest.raises(FactsParseError) as raised:
+        parse_listening_ports(text)
 
     assert str(raised.value) == expected
 
