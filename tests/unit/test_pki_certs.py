@@ -16,10 +16,6 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from cli.pki.certs import (
-    BACKDATE,
-    CA_VALIDITY,
-    NODE_VALIDITY,
-    SERIAL_BITS,
     CertificateError,
     NodeNames,
     build_ca_certificate,
@@ -31,6 +27,11 @@ from cli.pki.certs import (
 )
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+# docs/onboarding.md: every certificate is valid from 5 minutes ago; the CA's for 10 years
+# (3650 days: until 2036-11-29, as the docs' example says), a node's for 90 days.
+FIVE_MINUTES_AGO = datetime(2026, 12, 2, 11, 55, tzinfo=UTC)
+CA_END = datetime(2036, 11, 29, 12, 0, tzinfo=UTC)
+NODE_END = datetime(2027, 3, 2, 12, 0, tzinfo=UTC)
 NAMES = NodeNames.of("node-3", ["127.0.1.3"])
 E = TypeVar("E", bound=x509.ExtensionType)
 
@@ -97,8 +98,8 @@ def test_the_ca_certificate_may_sign_node_certificates_and_nothing_below_them(
     assert cert.subject == cert.issuer
     assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "modelfleet CA test"
     cert.verify_directly_issued_by(cert)  # self-signed, and the signature holds
-    assert cert.not_valid_before_utc == NOW - BACKDATE
-    assert cert.not_valid_after_utc == NOW + CA_VALIDITY
+    assert cert.not_valid_before_utc == FIVE_MINUTES_AGO
+    assert cert.not_valid_after_utc == CA_END == NOW + timedelta(days=3650)
     assert isinstance(cert.signature_hash_algorithm, hashes.SHA256)
 
 
@@ -185,20 +186,21 @@ def test_validity_is_bounded_and_never_outlives_the_ca(
     ca: tuple[ec.EllipticCurvePrivateKey, x509.Certificate],
 ) -> None:
     cert = sign(ca)
-    assert cert.not_valid_before_utc == NOW - BACKDATE
-    assert cert.not_valid_after_utc == NOW + NODE_VALIDITY
-    ca_cert = ca[1]
-    late = ca_cert.not_valid_after_utc - timedelta(days=40)
-    assert sign(ca, now=late).not_valid_after_utc == ca_cert.not_valid_after_utc
+    assert cert.not_valid_before_utc == FIVE_MINUTES_AGO
+    assert cert.not_valid_after_utc == NODE_END == NOW + timedelta(days=90)
+    # 40 days before the CA's end a node gets those 40 days, not 90.
+    assert sign(ca, now=CA_END - timedelta(days=40)).not_valid_after_utc == CA_END
     with pytest.raises(CertificateError, match="make a new CA"):
-        sign(ca, now=ca_cert.not_valid_after_utc - timedelta(days=10))
+        sign(ca, now=CA_END - timedelta(days=10))
 
 
 def test_a_serial_is_positive_and_at_most_159_bits(
     ca: tuple[ec.EllipticCurvePrivateKey, x509.Certificate],
 ) -> None:
-    assert sign(ca, serial=(1 << SERIAL_BITS) - 1).serial_number == (1 << SERIAL_BITS) - 1
-    for bad in (0, -1, 1 << SERIAL_BITS):
+    largest = 2**159 - 1
+    assert sign(ca, serial=largest).serial_number == largest
+    assert sign(ca, serial=1).serial_number == 1
+    for bad in (0, -1, 2**159):
         with pytest.raises(CertificateError, match="serial"):
             sign(ca, serial=bad)
 
@@ -238,11 +240,13 @@ def test_a_good_certificate_has_no_problems_until_30_days_before_its_end(
         serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     )
     assert certificate_problems(cert, ca[1], NAMES, NOW, key_der) == []
-    assert certificate_problems(cert, ca[1], NAMES, NOW + timedelta(days=59)) == []
-    late = certificate_problems(cert, ca[1], NAMES, NOW + timedelta(days=61))
-    assert len(late) == 1 and "within 30 days" in late[0]
-    gone = certificate_problems(cert, ca[1], NAMES, NOW + timedelta(days=91))
-    assert len(gone) == 1 and gone[0].startswith("expired")
+    just_before = NOW + timedelta(days=60) - timedelta(seconds=1)
+    assert certificate_problems(cert, ca[1], NAMES, just_before) == []
+    # Exactly 30 days left is within 30 days.
+    late = certificate_problems(cert, ca[1], NAMES, NOW + timedelta(days=60))
+    assert late == ["expires 2027-03-02 12:00 UTC, within 30 days"]
+    gone = certificate_problems(cert, ca[1], NAMES, NOW + timedelta(days=90))
+    assert gone == ["expired 2027-03-02 12:00 UTC"]
 
 
 def test_another_ca_other_names_or_another_key_each_mean_a_new_certificate(
