@@ -13,13 +13,11 @@ from cli.reconcile.planner import plan
 from cli.routes.deploy import litellm_constraints_file, router_variables
 from cli.routes.litellm import (
     LITELLM_VERSION,
-    RouterSettings,
     deployment_ids,
     litellm_config,
     render,
 )
 from cli.routes.table import (
-    ROUTES_FORMAT,
     State,
     endpoint_url,
     fallback_chain,
@@ -178,7 +176,8 @@ def test_withdrawn_replicas_leave_and_started_ones_join() -> None:
     table = route_table(MODELS, current, ADDRESSES, withdrawn={"small-1"}, started=started)
     small = table.model("small")
     assert [r.replica for r in small.endpoints] == ["small-2"]
-    assert small.endpoints[0].url == started[0].leader.health_url + "/v1"  # type: ignore[operator]
+    assert small.endpoints[0].url == "http://10.0.0.2:8000/v1"  # its rank 0, as started
+    assert started[0].leader.health_url == "http://10.0.0.2:8000"
     assert {r.replica: r.state for r in small.replicas}["small-1"] is State.WITHDRAWN
 
 
@@ -225,11 +224,16 @@ def test_the_litellm_config_has_a_deployment_per_ready_replica() -> None:
         {"assistant": ["mid", "small", "tiny"]},
         {"mid": ["tiny"]},
     ]
-    assert router["num_retries"] == RouterSettings().num_retries
-    general = config["general_settings"]
-    assert general["master_key"] == "os.environ/LITELLM_MASTER_KEY"
-    assert general["background_health_checks"] is True
-    assert general["health_check_interval"] == 30
+    # docs/routing.md: one more try on the same model; a replica failing once is skipped
+    # for 30 s; 600 s for a long generation; every deployment health-checked every 30 s.
+    settings = {k: v for k, v in router.items() if k not in ("model_group_alias", "fallbacks")}
+    assert settings == {"num_retries": 1, "allowed_fails": 1, "cooldown_time": 30, "timeout": 600}
+    assert config["litellm_settings"] == {"request_timeout": 600}
+    assert config["general_settings"] == {
+        "master_key": "os.environ/LITELLM_MASTER_KEY",
+        "background_health_checks": True,
+        "health_check_interval": 30,
+    }
 
 
 def test_a_model_without_a_ready_replica_is_aliased_to_the_fallback_answering() -> None:
@@ -262,7 +266,7 @@ def test_the_same_table_renders_the_same_bytes_whenever_it_was_taken() -> None:
 def test_routes_json_follows_the_documented_shape() -> None:
     table = route_table(MODELS, snapshot(*fleet(hgx2_unreachable=True)), ADDRESSES)
     data = routes_json(table)
-    assert data["format"] == ROUTES_FORMAT
+    assert data["format"] == "modelfleet.routes/v1"
     assert data["at"] == NOW.isoformat()
     assert data["complete"] is False
     big = next(m for m in data["models"] if m["model"] == "big")
