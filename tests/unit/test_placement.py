@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from cli.catalog.load import Catalog
 from cli.cluster.snapshot import Snapshot, build_snapshot
 from cli.facts.gpuclass import gpu_class
@@ -463,6 +465,26 @@ def test_gpu_memory_used_by_an_invisible_process_makes_the_gpu_unusable() -> Non
     view = build_snapshot([host(node)], {"hgx-1": busy}, NOW, gpu_class).nodes[0]
     assert view.gpus is not None
     assert view.gpus[0].unusable == "30000 MiB used by a process the probe cannot see"
+
+
+@pytest.mark.parametrize(
+    ("used_mib", "unusable"),
+    [(1023, None), (1024, "1024 MiB used by a process the probe cannot see")],
+    ids=["just-under-1-GiB", "exactly-1-GiB"],
+)
+def test_one_gib_of_gpu_memory_used_unseen_makes_a_gpu_unusable(
+    used_mib: int, unusable: str | None
+) -> None:
+    node = hgx("hgx-1")
+    raw = facts(node)
+    assert raw.gpus is not None
+    busy = raw.model_copy(
+        update={"gpus": (raw.gpus[0].model_copy(update={"memory_used_mib": used_mib}),
+                         *raw.gpus[1:])}
+    )  # fmt: skip
+    view = build_snapshot([host(node)], {"hgx-1": busy}, NOW, gpu_class).nodes[0]
+    assert view.gpus is not None
+    assert [g.unusable for g in view.gpus[:2]] == [unusable, None]
 
 
 def test_a_model_of_many_replicas_puts_at_most_a_quarter_on_a_node_while_others_have_room() -> None:
