@@ -324,7 +324,8 @@ def test_draining_a_node_places_its_replicas_elsewhere_before_they_stop() -> Non
     result = plan(MODELS, fleet, {}, ADDRESSES, random.Random(1), evict=frozenset({"hgx-1"}))
     assert [d.replica for d in result.drains] == ["small-1"]
     (start,) = [s for s in result.starts if s.model == "small"]
-    assert start.files[0].node != "hgx-1"
+    # Not hgx-1 (being drained), nor hgx-2 (small-2 is there and hgx-3 is free).
+    assert [(sh.node, sh.gpus) for sh in start.placement.shards] == [("hgx-3", (0, 1))]
     assert not result.stops  # nothing broken: the old replica serves until the new one does
 
 
