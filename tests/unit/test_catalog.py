@@ -186,7 +186,11 @@ def test_replicas_min_one_above_max_is_refused() -> None:
     ]
 
 
-@pytest.mark.parametrize("alias", ["coder small", "-coder", ".coder", "coder/v2", "cöder"])
+@pytest.mark.parametrize(
+    "alias",
+    ["coder small", "-coder", ".coder", "coder/v2", "cöder"],
+    ids=["space", "leading-dash", "leading-dot", "slash", "non-ascii-letter"],
+)
 def test_an_alias_breaking_the_name_pattern_is_refused(alias: str) -> None:
     assert errors_of(BASE.replace("aliases: [coder]", f"aliases: ['{alias}']")) == [
         "catalog.yaml:4: models.qwen.aliases[0]: an alias uses letters, digits, '.', '_' and '-'"
