@@ -77,9 +77,7 @@ def drain(
     from cli.ui import console
 
     with console.input_errors():
-        host = load_inventory(inventory).host(node) if node else None
-    if host is None:
-        console.fail(f"no node {node} in {inventory}")
+        host = load_inventory(inventory).find(node)
     if not dry_run and host.vars.cordoned is None:
         with console.input_errors():
             console.out.print(cordon_node(inventory, node, reason), markup=False)

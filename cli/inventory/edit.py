@@ -47,7 +47,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from cli.errors import InputError, InputProblem, near_miss
+from cli.errors import InputError, InputProblem
 from cli.inventory.load import (
     SourceText,
     expand_host_pattern,
@@ -810,23 +810,13 @@ def read_texts(inventory: Path, node: str) -> InventoryTexts:
     return InventoryTexts(str(inventory), sources, group_vars, host_vars, vars_file, vars_dir)
 
 
-def find_host(inventory: Inventory, node: str) -> Host:
-    try:
-        return inventory.host(node)
-    except KeyError:
-        hint = near_miss(node, inventory.names())
-        raise InputError.single(
-            inventory.source, None, (), f"no host '{node}' in this inventory{hint}"
-        ) from None
-
-
 def cordon_node(inventory: Path, node: str, reason: str) -> str:
     """Cordon `node` in the inventory at `inventory`; returns the line that says what changed."""
     problem = reason_problem(reason)
     if problem is not None:
         raise InputError.single("--reason", None, (), problem)
     before = load_inventory(inventory)
-    host = find_host(before, node)
+    host = before.find(node)
     plan = plan_cordon(read_texts(inventory, node), host, reason)
     return commit(plan, inventory, before)
 
@@ -834,7 +824,7 @@ def cordon_node(inventory: Path, node: str, reason: str) -> str:
 def uncordon_node(inventory: Path, node: str) -> str:
     """Uncordon `node`; returns the line that says what changed (or that nothing had to)."""
     before = load_inventory(inventory)
-    host = find_host(before, node)
+    host = before.find(node)
     plan = plan_uncordon(read_texts(inventory, node), host)
     return commit(plan, inventory, before)
 

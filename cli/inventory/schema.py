@@ -28,6 +28,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from cli.errors import InputError, near_miss
 from cli.yamlsource import yaml_kind
 
 NO_CORDON_REASON = "cordoned (no reason given)"
@@ -168,10 +169,19 @@ class Inventory(Strict):
         return self
 
     def host(self, name: str) -> Host:
+        """The host `name`, which the caller knows is there (KeyError if not)."""
         for host in self.hosts:
             if host.name == name:
                 return host
         raise KeyError(name)
+
+    def find(self, name: str) -> Host:
+        """The host an operator named: an InputError naming this inventory if there is none."""
+        for host in self.hosts:
+            if host.name == name:
+                return host
+        hint = near_miss(name, self.names())
+        raise InputError.single(self.source, None, (), f"no host '{name}' in this inventory{hint}")
 
     def names(self) -> tuple[str, ...]:
         return tuple(host.name for host in self.hosts)
