@@ -1,6 +1,6 @@
 """Point the inventory's `routers` at a routing table: the router playbook, run by ctl.
 
-An edge: it runs cli/playbooks/deploy_router.yml with ansible-playbook, passing the LiteLLM
+An edge: it runs playbooks/deploy_router.yml with ansible-playbook, passing the LiteLLM
 configuration rendered from the table (marked unsafe: never templated) and the replicas
 the routers must serve once they have reloaded it.
 """

@@ -96,8 +96,20 @@ def ansible_command(name: str) -> str:
     return shutil.which(name) or name
 
 
+def playbooks_dir() -> Path:
+    """The directory of the playbooks, with their library/ and callback_plugins/.
+
+    Installed from a wheel, they are package data: pyproject.toml's force-include puts the
+    project's top-level playbooks/ at cli/_data/playbooks. A clone (and an editable install,
+    which imports cli/ from the clone) has no cli/_data: there they are playbooks/ beside cli/.
+    """
+    package = Path(str(resources.files("cli")))
+    installed = package / "_data" / "playbooks"
+    return installed if installed.is_dir() else package.parent / "playbooks"
+
+
 def playbook_path(name: str) -> Path:
-    return Path(str(resources.files("cli.playbooks").joinpath(name)))
+    return playbooks_dir() / name
 
 
 def run_playbook(

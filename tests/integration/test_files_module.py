@@ -18,7 +18,7 @@ from typing import Any
 
 from tests.ctl import ROOT
 
-MODULE = ROOT / "cli" / "playbooks" / "library" / "modelfleet_files.py"
+MODULE = ROOT / "playbooks" / "library" / "modelfleet_files.py"
 SECRET = "HF_TOKEN=hf_never_shown_0123456789\n"
 
 

@@ -1,5 +1,5 @@
 """Routing end to end on the real test fleet: `ctl reconcile` deploys a real LiteLLM proxy
-(cli/playbooks/deploy_router.yml) to node-3, the inventory's `routers`, in front of the
+(playbooks/deploy_router.yml) to node-3, the inventory's `routers`, in front of the
 stand-in engines, and keeps it pointed at the replicas that serve.
 
 One test, in steps, each starting from the fleet the previous one left:
