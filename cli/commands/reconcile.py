@@ -118,7 +118,7 @@ def reconcile_pass(
 
 def _ledger_file(context: typer.Context, inventory_path: Path) -> Path:
     from cli.commands.options import GatherOptions
-    from cli.facts.cache import state_dir
+    from cli.edges.files import state_dir
     from cli.reconcile.ledger import ledger_path
 
     options = context.obj if isinstance(context.obj, GatherOptions) else GatherOptions()
@@ -140,7 +140,7 @@ def apply_plan(
 
     from cli.commands.fleet import fleet_known_hosts
     from cli.commands.options import GatherOptions
-    from cli.facts.cache import state_dir
+    from cli.edges.files import state_dir
     from cli.reconcile.apply import apply
     from cli.reconcile.ledger import save_ledger
     from cli.shards.executor import AnsibleExecutor
@@ -194,7 +194,7 @@ def _router(
     """The routers of the inventory group `routers`, or None when it has no host."""
     from cli.commands.fleet import fleet_known_hosts, serving_addresses
     from cli.commands.options import GatherOptions
-    from cli.facts.cache import state_dir
+    from cli.edges.files import state_dir
     from cli.routes.deploy import PlaybookRouter, RouterDeployer, router_hosts
 
     hosts = router_hosts(fleet.inventory)

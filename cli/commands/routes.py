@@ -79,7 +79,7 @@ def _apply(
     """Push `table` to the routers; the exit code."""
     from cli.commands.fleet import fleet_known_hosts
     from cli.commands.options import GatherOptions
-    from cli.facts.cache import state_dir
+    from cli.edges.files import state_dir
     from cli.routes.deploy import RouterDeployer, failure_text, router_hosts
     from cli.ui import console
 

@@ -7,24 +7,17 @@ the clocks: a node not reached now and never reached before is Unreachable, not 
 
 from __future__ import annotations
 
-import hashlib
-import os
 from pathlib import Path
 
+from cli.edges.files import state_dir, state_key
 from cli.errors import InputError
 from cli.facts.model import NodeFacts
 from cli.facts.store import parse_facts, save_facts
 
 
-def state_dir() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "modelfleet"
-
-
 class FactsCache:
     def __init__(self, inventory: Path, root: Path | None = None) -> None:
-        key = hashlib.sha256(str(inventory.resolve()).encode()).hexdigest()[:16]
-        self.directory = (root or state_dir()) / "facts" / key
+        self.directory = (root or state_dir()) / "facts" / state_key(inventory)
 
     def load(self) -> tuple[dict[str, NodeFacts], list[str]]:
         """The cached facts, and a warning per file that could not be read (it is ignored:

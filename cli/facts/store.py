@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from cli.edges.files import atomic_write
 from cli.errors import InputError, InputProblem
 from cli.facts.model import NodeFacts
 from cli.schemaerrors import problems_from_validation
@@ -50,8 +49,5 @@ def save_facts(directory: Path, name: str, facts: NodeFacts) -> Path:
     """Write atomically, so a reader never sees half a file."""
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / f"{name}.json"
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
-    with os.fdopen(handle, "w", encoding="utf-8") as stream:
-        stream.write(facts_json(facts))
-    Path(temporary).replace(target)
+    atomic_write(target, facts_json(facts), 0o600)
     return target

@@ -36,8 +36,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -47,6 +45,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from cli.edges.files import atomic_write
 from cli.errors import InputError, InputProblem
 from cli.inventory.load import (
     SourceText,
@@ -877,7 +876,7 @@ def write_verified(
                 path.unlink()
             else:
                 made += _make_parents(path.parent)
-                write_atomic(path, edit.after.encode("utf-8"), mode)
+                atomic_write(path, edit.after, mode)
         return verify()
     except BaseException:
         _restore(saved, made)
@@ -911,32 +910,12 @@ def _make_parents(directory: Path) -> list[Path]:
     return missing  # deepest first: the order to remove them in
 
 
-def write_atomic(path: Path, data: bytes, mode: int | None) -> None:
-    """Replace `path` with `data` in one rename, keeping its mode (a symlink's target's)."""
-    target = path.resolve() if path.is_symlink() else path
-    handle, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".ctl", dir=target.parent)
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        if mode is None:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-        Path(temp).chmod(mode)
-        Path(temp).replace(target)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-
-
 def _restore(saved: Sequence[_Saved], made_dirs: Sequence[Path]) -> None:
     for path, data, mode in reversed(saved):
         if data is None:
             path.unlink(missing_ok=True)
         else:
-            write_atomic(path, data, mode)
+            atomic_write(path, data, mode)
     for directory in made_dirs:  # deepest first
         if directory.exists() and not any(directory.iterdir()):
             directory.rmdir()

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import paramiko
 
+from cli.edges.files import atomic_write
 from cli.facts.gather import Target, describe_failure, fingerprint
-from cli.inventory.edit import write_atomic
 
 DEFAULT_PORT = 22
 _CHUNK = 65536
@@ -72,7 +72,7 @@ def add_known_host(known_hosts: Path, address: str, port: int, key: paramiko.PKe
         old += b"\n"
     line = f"{known_hosts_name(address, port)} {key.get_name()} {key.get_base64()}\n"
     known_hosts.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(known_hosts, old + line.encode(), mode)
+    atomic_write(known_hosts, old + line.encode(), mode)
 
 
 def offered_host_key(

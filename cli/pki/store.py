@@ -23,6 +23,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
+from cli.edges.files import atomic_write
 from cli.errors import InputError
 from cli.pki.certs import (
     CAPrivateKey,
@@ -110,7 +111,7 @@ def init_ca(directory: Path, name: str, now: datetime) -> CertificateAuthority:
             (key_path, key_pem, KEY_MODE),
             (cert_path, cert.public_bytes(serialization.Encoding.PEM), CERT_MODE),
         ):
-            _write_new(path, data, mode)
+            atomic_write(path, data, mode, exclusive=True)
             made.append(path)
     except FileExistsError as error:
         for path in made:  # only what this run wrote: another run's CA stays whole
@@ -194,16 +195,6 @@ def _read_file(path: Path) -> bytes:
 def _check_owner(path: Path, info: os.stat_result) -> None:
     if info.st_uid != os.geteuid():
         raise _error(path, f"belongs to uid {info.st_uid}, not to this user ({os.geteuid()})")
-
-
-def _write_new(path: Path, data: bytes, mode: int) -> None:
-    """Create `path` (it must not exist) with `mode`, whatever the umask, and sync it."""
-    handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
-    with os.fdopen(handle, "wb") as file:
-        os.fchmod(file.fileno(), mode)
-        file.write(data)
-        file.flush()
-        os.fsync(file.fileno())
 
 
 def _mode(info: os.stat_result) -> str:

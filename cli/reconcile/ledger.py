@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 
-from cli.facts.cache import state_dir
+from cli.edges.files import atomic_write, state_dir, state_key
 from cli.reconcile.backoff import Backoff
 
 
 def ledger_path(inventory: Path, root: Path | None = None) -> Path:
-    key = hashlib.sha256(str(inventory.resolve()).encode()).hexdigest()[:16]
-    return (root or state_dir()) / "backoff" / f"{key}.json"
+    return (root or state_dir()) / "backoff" / f"{state_key(inventory)}.json"
 
 
 def load_ledger(path: Path) -> dict[str, Backoff]:
@@ -46,7 +42,4 @@ def save_ledger(path: Path, ledger: Mapping[str, Backoff]) -> None:
         }
         for model, b in sorted(ledger.items())
     }
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".ledger.")
-    with os.fdopen(handle, "w", encoding="utf-8") as stream:
-        json.dump(data, stream, indent=2)
-    Path(temporary).replace(path)
+    atomic_write(path, json.dumps(data, indent=2), 0o600)
