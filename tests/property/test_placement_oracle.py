@@ -1,0 +1,329 @@
+"""`place()` against an independent reference placer (tests/property/oracle.py).
+
+On small random fleets (at most 5 nodes) the oracle, written from docs/placement.md,
+says for every replica of the run: which profiles fit and which wins, every refused node's
+first failing constraint and what it would take (capacity, condition, hardware), the node
+a single-node replica goes to and how good its GPU set is by the NVLink rule, the fabric
+and nodes of a multi-node replica, and the verdict of one that is not placed. The
+replicas `place()` placed are fed back to the oracle, so each replica is judged on the
+state that holds the ones before it.
+
+The last test measures the strategies: how often they reach the hard cases, each of
+which some real bug only shows in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+from hypothesis import Phase, event, given, settings, target
+
+from cli.cluster.snapshot import Snapshot
+from cli.placement.place import PlacementRun, ReplicaPlacement
+from tests.property.oracle import Expectation, Oracle, Passes, gpu_choice_problems
+from tests.property.strategies import Scenario, scenarios
+
+# The profile (tests/conftest.py) derandomizes; this sets only how many examples.
+ORACLE_SETTINGS = settings(max_examples=250)
+SMALL = scenarios(max_nodes=5)
+
+
+@dataclass
+class Findings:
+    """Where `place()` and the oracle disagree, by what they disagree on."""
+
+    order: list[str] = field(default_factory=list)
+    fits: list[str] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)
+    single: list[str] = field(default_factory=list)
+    multi: list[str] = field(default_factory=list)
+    verdicts: list[str] = field(default_factory=list)
+
+
+def compare(scenario: Scenario) -> tuple[Snapshot, PlacementRun, Findings]:
+    snapshot, run = scenario.run()
+    oracle = Oracle(scenario.catalog, snapshot)
+    found = Findings()
+    sequence = oracle.sequence(scenario.models)
+    models = [placement.model for placement in run.placements]
+    if models != sequence:
+        found.order.append(f"replicas placed as {models}, the rounds give {sequence}")
+    for placement in run.placements:
+        expected = oracle.expect(placement.model)
+        judge(placement, expected, oracle, found)
+        if placement.profile is not None:
+            shards = [(s.node, s.gpus) for s in placement.shards]
+            oracle.hold(placement.model, placement.replica, placement.profile.spec, shards)
+    for case in hard_cases(scenario, snapshot, run):
+        event(case)
+    multi = sum(1 for p in run.placements if p.profile and p.profile.spec.nodes > 1)
+    target(multi, label="multi-node replicas placed")
+    return snapshot, run, found
+
+
+def judge(
+    placement: ReplicaPlacement,
+    expected: Expectation,
+    oracle: Oracle,
+    found: Findings,
+) -> None:
+    who = placement.replica
+    tried = [a.profile.key for a in placement.attempts]
+    wanted = [a.profile.key for a in expected.attempts]
+    fits = [a.fits for a in placement.attempts]
+    should = [a.fits for a in expected.attempts]
+    if tried != wanted or fits != should:
+        found.fits.append(
+            f"{who}: tried {dict(zip(tried, fits, strict=True))}, "
+            f"oracle {dict(zip(wanted, should, strict=True))}"
+        )
+    winner = expected.winner
+    got = placement.profile.key if placement.profile else None
+    if got != (winner.profile.key if winner else None):
+        found.fits.append(
+            f"{who}: placed as {got}, oracle: {winner.profile.key if winner else None}"
+        )
+    for attempt, mine in zip(placement.attempts, expected.attempts, strict=False):
+        if attempt.profile.key != mine.profile.key:
+            break
+        theirs = {r.node: (r.constraint.value, r.blocking.value) for r in attempt.rejections}
+        ours = {node: (r.code, r.blocking) for node, r in mine.refusals.items()}
+        if theirs != ours:
+            diff = {
+                node: (theirs.get(node), ours.get(node))
+                for node in sorted(set(theirs) | set(ours))
+                if theirs.get(node) != ours.get(node)
+            }
+            found.refusals.append(f"{who} {attempt.profile.key}: (place, oracle) {diff}")
+    if placement.profile is None or winner is None or got != winner.profile.key:
+        if placement.profile is None and winner is None:
+            verdict = placement.verdict.value
+            if verdict != expected.verdict:
+                found.verdicts.append(f"{who}: verdict {verdict}, oracle {expected.verdict}")
+        return
+    spec = placement.profile.spec
+    shards = placement.shards
+    if spec.nodes == 1:
+        node = shards[0].node
+        if node != winner.node:
+            found.single.append(f"{who} {got}: on {node}, oracle: {winner.node}")
+        passes = winner.checks.get(node)
+        if not isinstance(passes, Passes):
+            found.single.append(f"{who}: {node} does not fit ({passes})")
+            return
+        found.single += gpu_choice_problems(oracle.nodes[node], passes, spec, shards[0].gpus)
+        return
+    group = winner.group
+    assert group is not None
+    expected_nodes = [name for name, _ in group.members]
+    nodes = [s.node for s in shards]
+    fabrics = {s.fabric for s in shards}
+    if fabrics != {group.fabric} or set(nodes) != set(expected_nodes):
+        found.multi.append(
+            f"{who} {got}: on {fabrics} {nodes}, oracle: {group.fabric} {expected_nodes}"
+        )
+        return
+    if nodes[0] != expected_nodes[0] or [s.rank for s in shards] != list(range(len(shards))):
+        found.multi.append(f"{who}: ranks {nodes}, rank 0 should be {expected_nodes[0]}")
+    hcas = dict(group.members)
+    for shard in shards:
+        if shard.hcas != hcas[shard.node]:
+            found.multi.append(f"{who}: {shard.node} got HCAs {shard.hcas}, not {hcas[shard.node]}")
+        passes = winner.checks[shard.node]
+        assert isinstance(passes, Passes)
+        found.multi += gpu_choice_problems(oracle.nodes[shard.node], passes, spec, shard.gpus)
+
+
+def report(problems: list[str]) -> str:
+    return "\n".join(problems[:10])
+
+
+# --- the properties ------------------------------------------------------------------------
+
+
+@ORACLE_SETTINGS
+@given(SMALL)
+def test_place_tries_the_profiles_and_picks_the_winner_the_oracle_does(scenario: Scenario) -> None:
+    _, _, found = compare(scenario)
+    assert not found.order, report(found.order)
+    assert not found.fits, report(found.fits)
+
+
+@ORACLE_SETTINGS
+@given(SMALL)
+def test_every_refused_node_has_the_oracles_first_failing_constraint_and_blocking(
+    scenario: Scenario,
+) -> None:
+    _, _, found = compare(scenario)
+    assert not found.refusals, report(found.refusals)
+
+
+@ORACLE_SETTINGS
+@given(SMALL)
+def test_single_node_replicas_go_to_the_oracles_node_with_a_gpu_set_no_worse(
+    scenario: Scenario,
+) -> None:
+    _, _, found = compare(scenario)
+    assert not found.single, report(found.single)
+
+
+@ORACLE_SETTINGS
+@given(SMALL)
+def test_multi_node_replicas_take_the_oracles_fabric_and_emptiest_nodes(
+    scenario: Scenario,
+) -> None:
+    _, _, found = compare(scenario)
+    assert not found.multi, report(found.multi)
+
+
+@ORACLE_SETTINGS
+@given(SMALL)
+def test_unplaced_replicas_get_the_oracles_verdict(scenario: Scenario) -> None:
+    _, _, found = compare(scenario)
+    assert not found.verdicts, report(found.verdicts)
+
+
+# --- how often the strategies reach the hard cases ------------------------------------------
+
+
+def hard_cases(scenario: Scenario, snapshot: Snapshot, run: PlacementRun) -> set[str]:
+    """The hard cases one scenario reaches (its snapshot and `place()`'s run)."""
+    cases: set[str] = set()
+    specs = [p.spec for m in scenario.catalog.models.values() for p in m.profiles]
+    for placement in run.placements:
+        if placement.profile is not None and placement.profile.spec.nodes > 1:
+            cases.add("multi-node replica placed")
+            attempt = placement.attempts[-1]
+            refused = {r.node for r in attempt.rejections}
+            fabric = placement.shards[0].fabric
+            eligible = [
+                check
+                for node, check in zip(snapshot.nodes, attempt.checks, strict=True)
+                if node.name not in refused
+                and isinstance(check, int)
+                and any(f.name == fabric for f in node.fabrics)
+            ]
+            # Ties broken by name: which nodes, and which is rank 0.
+            if len(set(eligible)) < len(eligible):
+                cases.add("several equally empty nodes for a multi-node replica")
+        if placement.profile is None:
+            cases.add(f"verdict {placement.verdict.value}")
+    multi: dict[str, list[tuple[int, int]]] = {}
+    for node in snapshot.nodes:
+        for shard in node.shards:
+            if shard.nodes > 1:
+                multi.setdefault(shard.replica, []).append((shard.rank, shard.nodes))
+    if multi:
+        cases.add("multi-node replica running")
+    if any(rank > 0 for ranks in multi.values() for rank, _ in ranks):
+        cases.add("running rank other than 0")
+    if any({r for r, _ in ranks} != set(range(ranks[0][1])) for ranks in multi.values()):
+        cases.add("running multi-node replica missing a rank")
+    for node in snapshot.nodes:
+        if node.gpus is None or len(node.gpus) < 2:
+            continue
+        domains = node.nvlink_domains
+        if domains is None:
+            cases.add("NVLink unknown")
+        elif len({len(d) for d in domains}) > 1:
+            cases.add("NVLink uneven")
+        if (
+            domains is None
+            or len({len(d) for d in domains}) > 1
+            or any(len(d) == 1 for d in domains)
+        ):
+            cases.add("NVLink irregular")
+    for spec in specs:
+        for node in snapshot.nodes:
+            total, need = node.memory_total_gib, spec.min_memory_gb
+            if total is not None and need is not None:
+                if total == need:
+                    cases.add("memory exactly the ask")
+                if node.memory_reserved_gib and total - node.memory_reserved_gib == need:
+                    cases.add("unreserved memory exactly the ask")
+            if spec.gpus_per_node == 0 or node.gpus is None:
+                continue
+            of_class = [g for g in node.gpus if g.gpu_class == spec.gpu_class]
+            healthy = [g for g in of_class if g.unusable is None]
+            free = [g.index for g in healthy if g.held_by is None]
+            need_gpus = spec.gpus_per_node
+            if len(free) == need_gpus:
+                cases.add("exactly need free GPUs")
+            if len(free) == need_gpus - 1:
+                cases.add("need - 1 free GPUs")
+                cases.add("need - 1 healthy" if len(healthy) < need_gpus else "need - 1, ours hold")
+            group = min(spec.tp, need_gpus)
+            if group > 1 and node.nvlink_domains is not None:
+                holding = {
+                    len(d & set(free)) for d in node.nvlink_domains if len(d & set(free)) >= group
+                }
+                if len(holding) > 1:
+                    cases.add("two fitting NVLink domains of different sizes")
+    # The spread limit matters: a model that may put more than one replica on a node does.
+    on: Counter[tuple[str, str]] = Counter()
+    for node in snapshot.nodes:
+        for replica in {(s.model, s.replica) for s in node.shards}:
+            on[replica[0], node.name] += 1
+    for placement in run.placements:
+        model = scenario.catalog.models[placement.model]
+        spread = max(1, math.ceil(model.replicas_max / 4))
+        for placed in placement.shards:
+            if spread > 1 and 0 < on[placement.model, placed.node] < spread:
+                cases.add("spread limit matters")
+            on[placement.model, placed.node] += 1
+    return cases
+
+
+# How often each hard case must come up, in the oracle's small fleets and in the default
+# ones tests/property/test_placement_properties.py draws.
+FLOORS = {
+    "multi-node replica placed": 0.15,
+    "several equally empty nodes for a multi-node replica": 0.05,
+    "multi-node replica running": 0.10,
+    "running rank other than 0": 0.10,
+    "running multi-node replica missing a rank": 0.05,
+    "NVLink irregular": 0.10,
+    "NVLink uneven": 0.10,
+    "NVLink unknown": 0.10,
+    "memory exactly the ask": 0.10,
+    "unreserved memory exactly the ask": 0.03,
+    "exactly need free GPUs": 0.10,
+    "need - 1 free GPUs": 0.10,
+    "need - 1 healthy": 0.05,
+    "need - 1, ours hold": 0.05,
+    "two fitting NVLink domains of different sizes": 0.10,
+    "spread limit matters": 0.05,
+    "verdict not-now": 0.05,
+    "verdict blocked": 0.05,
+    "verdict never": 0.05,
+}
+
+
+def frequencies(max_nodes: int, examples: int) -> dict[str, float]:
+    seen: Counter[str] = Counter()
+    drawn = 0
+
+    @settings(max_examples=examples, phases=[Phase.generate], database=None)
+    @given(scenarios(max_nodes=max_nodes))
+    def sample(scenario: Scenario) -> None:
+        nonlocal drawn
+        drawn += 1
+        snapshot, run = scenario.run()
+        seen.update(hard_cases(scenario, snapshot, run))
+
+    sample()
+    assert drawn == examples
+    return {case: seen[case] / drawn for case in FLOORS}
+
+
+def test_the_strategies_reach_the_hard_cases_often() -> None:
+    for max_nodes in (5, 8):
+        found = frequencies(max_nodes, 300)
+        rare = {
+            case: f"{share:.0%} < {FLOORS[case]:.0%}"
+            for case, share in found.items()
+            if share < FLOORS[case]
+        }
+        assert not rare, f"max_nodes={max_nodes}: {rare}; all: {found}"
