@@ -62,6 +62,21 @@ def test_every_setting_the_sample_shows_commented_out_is_one_the_playbooks_read(
         assert re.search(rf"\b{name}\b", playbooks), name
 
 
+def test_the_sample_shows_every_setting_the_playbooks_read_from_the_inventory() -> None:
+    playbooks = "".join(path.read_text() for path in (ROOT / "playbooks").glob("*.yml"))
+    read = set(re.findall(r"\b(modelfleet_(?:become|health_\w+|router_\w+))\b", playbooks))
+    passed_by_ctl = {
+        "modelfleet_router_config",
+        "modelfleet_router_deployments",
+        "modelfleet_router_tested_version",
+        "modelfleet_router_tested_constraints",
+    }
+    assert len(read - passed_by_ctl) == 16  # become, 2 health, 13 router settings
+    sample = "".join(path.read_text() for path in SAMPLE.rglob("*.yml"))
+    for name in read - passed_by_ctl:
+        assert re.search(rf"^# {name}: ", sample, re.MULTILINE), name
+
+
 def test_nodes_on_the_sample_with_a_snapshot_of_its_nodes(tmp_path: Path) -> None:
     facts = tmp_path / "facts"
     facts.mkdir()
