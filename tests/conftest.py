@@ -1,9 +1,12 @@
 """Settings every test process shares.
 
-Hypothesis runs under one of two profiles, chosen by HYPOTHESIS_PROFILE:
+Hypothesis runs under one of three profiles, chosen by HYPOTHESIS_PROFILE:
 
 - `ci` (the default): derandomized, so a property catches a bug on every run or on none,
   never by the luck of a seed; the examples come from the test's code alone.
+- `mutation`: `ci` without shrinking, for scripts/mutation: a mutant is killed by the first
+  failing example, and shrinking it would only spend the run's time; the examples tried are
+  the same as under `ci`, so a mutant `ci` kills, `mutation` kills.
 - `explore`: random seeds, for a developer hunting new counterexamples by hand
   (`HYPOTHESIS_PROFILE=explore scripts/test tests/property`); what it finds is then
   written down as an explicit `@example` so the `ci` profile keeps it.
@@ -17,7 +20,7 @@ import os
 from collections.abc import Generator
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 settings.register_profile(
     "ci",
@@ -25,6 +28,11 @@ settings.register_profile(
     deadline=None,
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "mutation",
+    parent=settings.get_profile("ci"),
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target],
 )
 settings.register_profile(
     "explore",
