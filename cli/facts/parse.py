@@ -492,7 +492,7 @@ _LINK_LAYERS: Final[dict[str, Literal["InfiniBand", "Ethernet"]]] = {
 def _natural(text: str) -> tuple[tuple[int, str], ...]:
     """Sort key that puts mlx5_2 before mlx5_10."""
     return tuple(
-        (int(part), "") if part.isdigit() else (0, part) for part in re.split(r"(\d+)", text)
+        (int(part), "") if part.isdecimal() else (0, part) for part in re.split(r"(\d+)", text)
     )
 
 
