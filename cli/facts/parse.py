@@ -590,6 +590,8 @@ def parse_shard_records(text: str) -> tuple[ShardRecord, ...]:
             raise FactsParseError(
                 SECTION_SHARDS, line.number, f"not JSON: {error.msg} at column {error.colno}"
             ) from None
+        except (ValueError, RecursionError) as error:  # a 4301-digit number; 10**5 '['
+            raise FactsParseError(SECTION_SHARDS, line.number, f"not JSON: {error}") from None
         if not isinstance(data, dict):
             raise FactsParseError(
                 SECTION_SHARDS, line.number, f"expected a JSON object, got {type(data).__name__}"
