@@ -395,7 +395,7 @@ class StageTimes:
 def _staged(
     target: Target, host_keys: paramiko.HostKeys, command: str, script: bytes
 ) -> StageTimes:
-    """What gather's _run does (SSHClient.connect, then _exec), step by step."""
+    """What gather does through cli.edges.ssh (login, then execute), step by step."""
     t0 = time.perf_counter()
     sock = socket.create_connection((target.address, target.port), timeout=10)
     t1 = time.perf_counter()

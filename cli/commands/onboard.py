@@ -83,8 +83,8 @@ def onboard_node(
     from datetime import UTC, datetime
 
     from cli.commands.fleet import fleet_known_hosts
+    from cli.edges.ssh import NodeError
     from cli.pki.onboard import Request, onboard
-    from cli.pki.ssh import NodeError
     from cli.pki.store import load_ca
     from cli.ui import console
 

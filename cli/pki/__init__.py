@@ -2,7 +2,7 @@
 
 `certs` is pure (certificates built from keys, names, serials and a clock, all given).
 The rest are edges: `store` keeps the CA's files and refuses ones others could read;
-`ssh` fetches a host key before logging in and logs in pinned to it; `node` holds the
-scripts run on the node; `addhost` adds the host to the inventory; `onboard` runs the
-steps of `ctl onboard-node` in order.
+`node` holds the scripts run on the node (over cli.edges.ssh, which fetches a host key
+before logging in and logs in pinned to it); `addhost` adds the host to the inventory;
+`onboard` runs the steps of `ctl onboard-node` in order.
 """

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import paramiko
 
-from cli.pki.ssh import NodeError, run
+from cli.edges.ssh import NodeError, run
 
 PKI_DIR = "/etc/modelfleet/pki"
 KEY_FILE = "node.key"

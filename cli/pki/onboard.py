@@ -29,13 +29,13 @@ import paramiko
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from cli.edges import ssh
+from cli.edges.ssh import NodeError, fingerprint
 from cli.errors import InputError, near_miss
-from cli.facts.gather import fingerprint
 from cli.inventory.edit import noted
 from cli.inventory.load import load_inventory
 from cli.inventory.schema import DEFAULT_SSH_PORT, Host, Inventory
 from cli.pki import node as remote
-from cli.pki import ssh
 from cli.pki.addhost import (
     DEFAULT_USER,
     HostPlan,
@@ -54,7 +54,6 @@ from cli.pki.certs import (
     public_key_der,
     read_csr,
 )
-from cli.pki.ssh import NodeError
 from cli.pki.store import CertificateAuthority
 
 FINGERPRINT = re.compile(r"SHA256:[A-Za-z0-9+/]{43}")

@@ -32,7 +32,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from cli.facts.gather import fingerprint
+from cli.edges.ssh import fingerprint
 from cli.inventory.load import load_inventory
 from cli.pki.addhost import NewHost, commit_host, plan_new_host, read_inventory_texts
 from cli.pki.certs import NodeNames, certificate_names

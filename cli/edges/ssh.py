@@ -1,0 +1,345 @@
+"""The one SSH session ctl opens to a node: gathering facts and onboarding both use it.
+
+Host keys: a session accepts only the keys it is given (the fleet's known_hosts lines for
+the node, or the one key pinned at onboarding) and never adds one. A key of another type
+is refused with `UnknownHostKeyError`, which carries it so that its fingerprint can be
+shown; a different key of a known type is paramiko's BadHostKeyException.
+
+`offered_host_key` is onboarding's first contact: a connection that runs the key exchange
+and nothing else, so the node proves it holds the key it offers while we send no user
+name, no key and no command. Only once that key is trusted does `connect` log in, pinned
+to it.
+
+Timeouts: `connect_timeout` bounds each step of the login (TCP connect, banner, key
+exchange, authentication); `timeout` in `execute` is one deadline for the whole command
+(open, send, output, exit status). Output is bounded (`MAX_OUTPUT` per stream). Waiting
+for output blocks on the channel's descriptor in a selector: nothing polls.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import selectors
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+
+from cli.edges.files import atomic_write
+
+DEFAULT_PORT = 22
+MAX_OUTPUT = 16 * 1024 * 1024  # bytes per stream; a probe prints some kilobytes
+_CHUNK = 65536
+# Host key algorithms by the key type a known_hosts line names.
+_FAMILY = {"rsa-sha2-512": "ssh-rsa", "rsa-sha2-256": "ssh-rsa"}
+
+
+class NodeError(Exception):
+    """The node could not be reached, or did not do what was asked (exit code 1)."""
+
+
+class UnknownHostKeyError(paramiko.SSHException):
+    def __init__(self, hostname: str, key: paramiko.PKey) -> None:
+        super().__init__(f"{hostname} not in known_hosts")
+        self.key = key
+
+
+class CommandTimeoutError(Exception):
+    """The node answered but the command did not finish in time."""
+
+
+class OutputLimitError(Exception):
+    """The command printed more than we read."""
+
+
+@dataclass(frozen=True)
+class Result:
+    status: int  # -1 when the node closed the channel without one (a signal)
+    stdout: bytes
+    stderr: bytes
+
+    def error_line(self) -> str:
+        text = (
+            self.stderr.decode("utf-8", "replace").strip()
+            or self.stdout.decode("utf-8", "replace").strip()
+        )
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        return lines[-1] if lines else f"exit status {self.status}"
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH's form: SHA256:base64 without padding."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def known_hosts_name(address: str, port: int) -> str:
+    """The name a known_hosts line gives the node: `[address]:port` unless on port 22."""
+    return address if port == DEFAULT_PORT else f"[{address}]:{port}"
+
+
+def load_known_hosts(known_hosts: Path) -> paramiko.HostKeys:
+    """Every line of the fleet's known_hosts (none when the file is missing)."""
+    host_keys = paramiko.HostKeys()
+    if known_hosts.exists():
+        host_keys.load(str(known_hosts))
+    return host_keys
+
+
+def keys_for(host_keys: paramiko.HostKeys, address: str, port: int) -> list[paramiko.PKey]:
+    """The keys `host_keys` holds for this address and port (hashed lines too)."""
+    found = host_keys.lookup(known_hosts_name(address, port))
+    return [] if found is None else list(found.values())
+
+
+def known_keys(known_hosts: Path, address: str, port: int) -> list[paramiko.PKey]:
+    """The keys the fleet's known_hosts holds for this address and port; raises NodeError."""
+    try:
+        return keys_for(load_known_hosts(known_hosts), address, port)
+    except OSError as error:
+        raise NodeError(f"cannot read {known_hosts}: {error.strerror}") from None
+
+
+def add_known_host(known_hosts: Path, address: str, port: int, key: paramiko.PKey) -> None:
+    """Append the node's key to the fleet's known_hosts, keeping every line already there."""
+    old = known_hosts.read_bytes() if known_hosts.exists() else b""
+    mode = known_hosts.stat().st_mode & 0o7777 if known_hosts.exists() else 0o644
+    if old and not old.endswith(b"\n"):
+        old += b"\n"
+    line = f"{known_hosts_name(address, port)} {key.get_name()} {key.get_base64()}\n"
+    known_hosts.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(known_hosts, old + line.encode(), mode)
+
+
+# --- the session ----------------------------------------------------------------------------
+
+
+class _Refuse(paramiko.MissingHostKeyPolicy):
+    """Never trust a key we were not given; carry the one offered, to show it."""
+
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
+        del client
+        raise UnknownHostKeyError(hostname, key)
+
+
+def login(
+    address: str,
+    port: int,
+    user: str | None,
+    key_file: Path | None,
+    host_keys: Sequence[paramiko.PKey],
+    connect_timeout: float,
+) -> paramiko.SSHClient:
+    """Log in, accepting only `host_keys` from the node; the caller closes the client.
+    Raises what paramiko or the socket raise (`describe_failure` turns it into a line)."""
+    client = paramiko.SSHClient()
+    # In memory only: nothing is ever written back, and only this node's keys (copying
+    # every known_hosts entry into every client costs O(fleet²)).
+    name = known_hosts_name(address, port)
+    for key in host_keys:
+        client.get_host_keys().add(name, key.get_name(), key)
+    client.set_missing_host_key_policy(_Refuse())
+    sock = socket.create_connection((address, port), timeout=connect_timeout)
+    try:
+        # Small writes both ways (auth, session open): without this, Nagle and delayed
+        # ACKs add tens of milliseconds per round trip.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        client.connect(
+            hostname=address,
+            port=port,
+            sock=sock,
+            username=user,
+            key_filename=str(key_file) if key_file is not None else None,
+            timeout=connect_timeout,
+            banner_timeout=connect_timeout,
+            auth_timeout=connect_timeout,
+            allow_agent=True,
+            look_for_keys=key_file is None,
+        )
+    except BaseException:
+        client.close()
+        sock.close()
+        raise
+    return client
+
+
+def execute(
+    client: paramiko.SSHClient,
+    command: str,
+    stdin: bytes,
+    timeout: float,
+    limit: int = MAX_OUTPUT,
+) -> Result:
+    """Run `command` with `stdin`; its status and output, all within `timeout` seconds.
+
+    Raises CommandTimeoutError, OutputLimitError (more than `limit` bytes on a stream), or
+    what paramiko raises when the session fails.
+    """
+    deadline = time.monotonic() + timeout
+    transport = client.get_transport()
+    if transport is None:
+        raise paramiko.SSHException("no transport after connect")
+    channel = transport.open_session(timeout=timeout)
+    try:
+        channel.settimeout(timeout)
+        channel.exec_command(command)
+        channel.sendall(stdin)
+        channel.shutdown_write()
+        out, err = _read_all(channel, deadline, limit)
+        if not channel.status_event.wait(max(0.0, deadline - time.monotonic())):
+            raise CommandTimeoutError
+        return Result(channel.recv_exit_status(), out, err)
+    except TimeoutError:
+        raise CommandTimeoutError from None
+    finally:
+        channel.close()
+
+
+def _read_all(channel: paramiko.Channel, deadline: float, limit: int) -> tuple[bytes, bytes]:
+    """stdout and stderr until the node's EOF, waiting on the channel's descriptor (set by
+    paramiko while either stream has data, and for good at EOF)."""
+    out: list[bytes] = []
+    err: list[bytes] = []
+    sizes = {"stdout": 0, "stderr": 0}
+    with selectors.DefaultSelector() as selector:
+        selector.register(channel, selectors.EVENT_READ)
+        while True:
+            if channel.recv_ready():
+                chunk, stream, chunks = channel.recv(_CHUNK), "stdout", out
+            elif channel.recv_stderr_ready():
+                chunk, stream, chunks = channel.recv_stderr(_CHUNK), "stderr", err
+            elif channel.eof_received or channel.closed:
+                return b"".join(out), b"".join(err)
+            else:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise CommandTimeoutError
+                selector.select(remaining)
+                continue
+            sizes[stream] += len(chunk)
+            if sizes[stream] > limit:
+                raise OutputLimitError(f"the command printed more than {limit} bytes on {stream}")
+            chunks.append(chunk)
+
+
+def describe_failure(
+    error: BaseException,
+    address: str,
+    port: int,
+    user: str | None,
+    known_hosts: Path,
+    connect_timeout: float,
+) -> str:
+    """One line an operator can act on."""
+    if isinstance(error, paramiko.BadHostKeyException):
+        return (
+            f"host key mismatch: known_hosts ({known_hosts}) has {fingerprint(error.expected_key)},"
+            f" the node offered {fingerprint(error.key)}; refused"
+        )
+    if isinstance(error, UnknownHostKeyError):
+        return (
+            f"host key not in {known_hosts}: the node offered {fingerprint(error.key)}; "
+            "check it and add it (ctl onboard-node does)"
+        )
+    if isinstance(error, paramiko.AuthenticationException):
+        return f"authentication failed for user {user or 'the local user'}"
+    if isinstance(error, TimeoutError | socket.timeout):
+        return f"timed out after {connect_timeout:g} s"
+    if isinstance(error, ConnectionRefusedError | paramiko.ssh_exception.NoValidConnectionsError):
+        return f"connection refused on port {port}"
+    if isinstance(error, socket.gaierror):
+        return f"cannot resolve {address}"
+    # A port that accepts and then says nothing: paramiko reports the banner wait, or,
+    # when the auth step notices first, that the session it expected never started.
+    if isinstance(error, paramiko.SSHException) and (
+        "banner" in str(error).lower() or str(error) == "No existing session"
+    ):
+        return f"no SSH answer within {connect_timeout:g} s"
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror.lower()
+    return str(error) or type(error).__name__
+
+
+# --- onboarding: first contact, a pinned login, scripts on stdin ----------------------------
+
+
+def offered_host_key(
+    address: str, port: int, timeout: float, prefer: Sequence[paramiko.PKey] = ()
+) -> paramiko.PKey:
+    """The host key the node proves it holds, from a key exchange with no authentication.
+
+    `prefer`: keys already known for the node; their types are asked for first, as ssh
+    does, so a node with several host keys shows the one known_hosts can compare.
+    """
+    try:
+        sock = socket.create_connection((address, port), timeout=timeout)
+    except Exception as error:
+        raise NodeError(_why(error, address, port, None, timeout)) from None
+    transport = paramiko.Transport(sock)
+    try:
+        transport.banner_timeout = timeout
+        transport.handshake_timeout = timeout
+        families = {key.get_name() for key in prefer}
+        if families:
+            options = transport.get_security_options()
+            types = list(options.key_types)
+            first = [t for t in types if _FAMILY.get(t, t) in families]
+            options.key_types = first + [t for t in types if t not in first]
+        transport.start_client(timeout=timeout)
+        return transport.get_remote_server_key()
+    except Exception as error:
+        raise NodeError(_why(error, address, port, None, timeout)) from None
+    finally:
+        transport.close()
+
+
+def connect(
+    address: str,
+    port: int,
+    user: str,
+    key_file: Path | None,
+    host_key: paramiko.PKey,
+    timeout: float,
+) -> paramiko.SSHClient:
+    """Log in, accepting only `host_key` from the node; raises NodeError."""
+    try:
+        return login(address, port, user, key_file, [host_key], timeout)
+    except (paramiko.BadHostKeyException, UnknownHostKeyError) as error:
+        raise NodeError(
+            f"the node's host key changed between the check and the login: it offered"
+            f" {fingerprint(error.key)} after {fingerprint(host_key)}; refused"
+        ) from None
+    except Exception as error:
+        raise NodeError(_why(error, address, port, user, timeout)) from None
+
+
+def run(client: paramiko.SSHClient, script: str, timeout: float) -> Result:
+    """Run a POSIX sh script on the node, sent on stdin (`sh -s`): its status and output."""
+    transport = client.get_transport()
+    if transport is None or not transport.is_active():
+        raise NodeError("the SSH connection closed")
+    try:
+        return execute(client, "sh -s", script.encode(), timeout)
+    except CommandTimeoutError:
+        raise NodeError(f"a command on the node did not finish within {timeout:g} s") from None
+    except OutputLimitError as error:
+        raise NodeError(str(error)) from None
+    except (paramiko.SSHException, OSError) as error:
+        raise NodeError(f"the SSH session failed: {error}") from None
+
+
+def _why(error: BaseException, address: str, port: int, user: str | None, timeout: float) -> str:
+    where = f"{address}:{port}"
+    if isinstance(error, EOFError):
+        return f"{where}: the connection closed during the SSH handshake"
+    reason = describe_failure(error, address, port, user, Path(os.devnull), timeout)
+    if f"port {port}" in reason:
+        where = address
+    return f"{where}: {reason}"
