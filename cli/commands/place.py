@@ -48,8 +48,10 @@ def place(
 
     if bool(models) == all_models:
         console.fail("name the models to place, or pass --all (not both)")
-    if not dry_run:
-        console.fail("only --dry-run is available: starting replicas comes with `ctl reconcile`")
+    if not dry_run and all_models:
+        console.fail("--all only with --dry-run: `ctl reconcile` starts what the catalog asks")
+    if not dry_run and facts is not None:
+        console.fail("--facts reads a snapshot: use it with --dry-run; starting needs live facts")
     with console.input_errors():
         loaded = load_catalog(catalog)
     fleet = load_fleet_for(context, inventory, facts)
@@ -66,9 +68,20 @@ def place(
     if not dry_run and wanted:
         from cli.commands.fleet import serving_addresses
         from cli.commands.reconcile import apply_plan
+        from cli.placement.place import running_replicas
         from cli.reconcile.planner import plan_manual
         from cli.ui.plan import render_plan
 
+        # Above replicas.max, the next reconcile would drain it again: refuse it now.
+        running = running_replicas(fleet.snapshot)
+        for name in wanted:
+            have, most = len(running.get(name, ())), loaded.models[name].replicas_max
+            if have >= most:
+                console.fail(
+                    f"{name} runs {have} replica(s), its replicas.max is {most}: raise it in"
+                    f" {catalog} to run another; nothing was started",
+                    console.EXIT_INCOMPLETE,
+                )
         addresses, listen = serving_addresses(fleet.inventory)
         the_plan = plan_manual(loaded, fleet.snapshot, wanted, addresses, listen)
         console.print_lines(render_plan(the_plan))

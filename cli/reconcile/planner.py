@@ -291,8 +291,9 @@ def _surplus(
     """Which of `candidates` (reachable) to retire out of `running`: the lowest-priority
     profile first, then the newest.
 
-    Replicas an operator started by hand are kept while the model stays within
-    replicas.max; reconcile's own are kept to replicas.min.
+    Replicas an operator started by hand are one more each on top of replicas.min, up
+    to replicas.max: the model keeps min(max, min + manual ones) replicas, retiring
+    reconcile's own first (an operator's `ctl place` must not just replace one of them).
     """
     priority = {p.name: p.spec.priority for p in model.profiles}
 
@@ -301,7 +302,8 @@ def _surplus(
         return (replica.origin == "manual", priority.get(replica.profile, 0), -started,
                 replica.replica)  # fmt: skip
 
-    excess = running - model.replicas_min
+    manual = sum(1 for replica in candidates if replica.origin == "manual")
+    excess = running - min(model.replicas_max, model.replicas_min + manual)
     chosen: list[tuple[Replica, str]] = []
     remaining = running
     for replica in sorted(candidates, key=order):

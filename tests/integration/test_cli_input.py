@@ -37,3 +37,17 @@ def test_a_near_miss_is_suggested(tmp_path: Path) -> None:
     assert result.stderr == (
         "error: inventory: no host 'cpu-bg' in this inventory (did you mean 'cpu-big'?)\n"
     )
+
+
+def test_place_starts_only_named_models_and_only_on_live_facts(tmp_path: Path) -> None:
+    root = copy_of_examples(tmp_path)
+    everything = ctl("place", "--all", cwd=root)
+    assert everything.returncode == 2
+    assert everything.stderr == (
+        "error: --all only with --dry-run: `ctl reconcile` starts what the catalog asks\n"
+    )
+    snapshot = ctl("place", "coder", "--facts", str(EXAMPLES / "facts"), cwd=root)
+    assert snapshot.returncode == 2
+    assert snapshot.stderr == (
+        "error: --facts reads a snapshot: use it with --dry-run; starting needs live facts\n"
+    )

@@ -264,8 +264,9 @@ def test_scaling_down_drains_the_lowest_priority_profile_first_and_keeps_manual_
     )
     result = reconcile(fleet)
     drained = [d for d in result.drains if d.model == "small"]
-    # 4 running, min 2, max 3: the manual one may stay once the model is within max.
-    assert [(d.replica, d.drain) for d in drained] == [("small-2", True), ("small-1", True)]
+    # 4 running, min 2, max 3, one of them manual: the manual one is one more on top of
+    # min, so the model keeps 3 and only one of reconcile's own (the lowest priority) goes.
+    assert [(d.replica, d.drain) for d in drained] == [("small-2", True)]
     assert drained[0].reason == "scale down: 4 running, replicas.min 2"
 
 
