@@ -9,6 +9,7 @@ installed ctl and ansible-playbook there, away from the clone.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -51,7 +52,7 @@ def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv with the wheel installed, as the README's `pip install .` makes one."""
     root = tmp_path_factory.mktemp("venv") / "venv"
     run([sys.executable, "-m", "venv", str(root)], root.parent)
-    pip = [str(root / "bin" / "python"), "-m", "pip", "install", "-q"]
+    pip = [str(root / "bin" / "python"), "-m", "pip", "install", "-q", "--no-compile"]
     run([*pip, "-c", str(ROOT / "constraints.txt"), str(wheel)], root.parent)
     return root
 
@@ -159,3 +160,29 @@ def test_the_installed_ctl_reconcile_dry_run_plans_the_example_fleet(venv: Path)
     assert done.returncode == 1, done.stderr  # deepseek-v3 does not fit, as documented
     assert "start  llama-3.1-70b-1      tp8       hgx-1  GPU 0-7 (one NVLink domain)" in done.stdout
     assert "refuse deepseek-v3-1        NOT PLACED — blocked" in done.stdout
+
+
+def test_the_installed_ctl_runs_a_playbook_with_its_module_and_callback(venv: Path) -> None:
+    """run_playbook from the venv: the installed ansible-playbook, the playbook's library/
+    module and the callback_plugins/ that reports each task's result to ctl."""
+    work = venv.parent / "run"
+    work.mkdir()
+    python = venv / "bin" / "python"
+    (work / "hosts.yml").write_text(
+        "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
+        f"      ansible_python_interpreter: {python}\n"
+    )
+    script = (
+        "import json\n"
+        "from pathlib import Path\n"
+        "from cli.shards.ansible import run_playbook\n"
+        "run = run_playbook('stop_shards.yml', Path('hosts.yml'), {'modelfleet_stops': {}},\n"
+        "                   ['localhost'], Path('state/logs'), Path('known_hosts'))\n"
+        "print(json.dumps([run.returncode, [[e.host, e.task, e.status, e.changed]\n"
+        "                                   for e in run.events]]))\n"
+    )
+    printed = run([str(python), "-c", script], work, outside_the_clone(venv))
+    assert json.loads(printed) == [
+        0,
+        [["localhost", "Remove each shard's unit, environment and record", "ok", False]],
+    ]
