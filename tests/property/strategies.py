@@ -76,7 +76,7 @@ TWIN_PORT_STATES = ("ACTIVE",) * 10 + ("DOWN", "absent")
 # How one GPU is made unusable: an ECC fault, a foreign process, memory in use unseen.
 FAULTS = ("ecc", "process", "invisible")
 # replicas.max beyond min; 5, 6, 7, 9, 10, 11 make ceil(max / 4) differ from floor(max / 4).
-REPLICAS_MAX = (None, None, 0, 1, 5, 6, 7, 9, 10, 11)
+REPLICAS_MAX = (None, 0, 1, 5, 5, 6, 7, 9, 10, 11)
 TOPOLOGIES = (
     "all",
     "unknown",
@@ -186,7 +186,8 @@ def profile_dict(
     draw: st.DrawFn, name: str, priority: int, fleet_class: str, pod: bool
 ) -> dict[str, Any]:
     # A pod's catalog asks for multi-node replicas often, mostly of the pod's class.
-    kind = pick(draw, ("cpu", "gpu", "multi", "multi") if pod else ("cpu", "gpu", "gpu", "multi"))
+    kinds = ("cpu", "gpu", "gpu", "multi", "multi") if pod else ("cpu", "gpu", "gpu", "multi")
+    kind = pick(draw, kinds)
     profile: dict[str, Any] = {"name": name, "priority": priority}
     if kind == "cpu":
         profile["engine"] = "llama.cpp"
@@ -226,7 +227,7 @@ def catalog_dict(draw: st.DrawFn, fleet_class: str, pod: bool) -> dict[str, Any]
             priority = number(draw, 0, 200)
             if priority not in priorities:
                 priorities.append(priority)
-        low = number(draw, 0, 3)
+        low = pick(draw, (0, 1, 2, 2, 3, 3))
         replicas: dict[str, int] = {"min": low}
         extra = pick(draw, REPLICAS_MAX)
         if extra is not None:
@@ -280,6 +281,8 @@ class Fleet:
     pod: bool  # most nodes alike: 8 GPUs of the class, on the fabric
     gpu_needs: tuple[int, ...] = ()  # gpus_per_node of the profiles of the fleet's class
     memory_asks: tuple[float, ...] = ()  # every min_memory_gb of the catalog
+    # Models whose spread limit is more than one replica per node (replicas.max ≥ 5).
+    spread_models: tuple[str, ...] = ()
 
 
 GpuFacts = tuple[
@@ -307,7 +310,7 @@ def gpu_facts(draw: st.DrawFn, node: str, fleet: Fleet, twin: bool) -> GpuFacts:
     # Sometimes exactly `need` or `need - 1` healthy free GPUs of the class: the others
     # faulty, foreign-held or held by our shards, in a random mix.
     target: int | None = None
-    if kind == "fleet" and fleet.gpu_needs and count and one_in(draw, 4 if twin else 3):
+    if kind == "fleet" and fleet.gpu_needs and count and one_in(draw, 6 if twin else 3):
         need = fleet.gpu_needs[number(draw, 0, len(fleet.gpu_needs) - 1)]
         if need <= count:
             target = need - number(draw, 0, 1)
@@ -372,7 +375,12 @@ def single_shard(
     held: Sequence[int],
     states: tuple[ShardState, ...],
 ) -> ShardRecord:
-    model = pick(draw, (*fleet.models, "retired-model"))
+    # Often a model that may hold several replicas per node: the spread limit then decides
+    # whether this node takes another.
+    if fleet.spread_models and one_in(draw, 4):
+        model = pick(draw, fleet.spread_models)
+    else:
+        model = pick(draw, (*fleet.models, "retired-model"))
     return ShardRecord(
         replica=pick(draw, (f"{model}-{10 + ordinal}-{node}", f"{model}-1", f"{model}-2")),
         model=model,
@@ -538,7 +546,7 @@ class Scenario:
 
 def _draw_scenario(draw: st.DrawFn, max_nodes: int) -> Scenario:
     gpu_class_ = pick(draw, CLASSES)
-    pod = not one_in(draw, 3)
+    pod = not one_in(draw, 4)
     document = catalog_dict(draw, gpu_class_, pod)
     text = yaml.dump(document, Dumper=yaml.CSafeDumper, sort_keys=False)
     catalog = parse_catalog(text, "catalog.yaml")
@@ -551,6 +559,7 @@ def _draw_scenario(draw: st.DrawFn, max_nodes: int) -> Scenario:
         pod,
         gpu_needs=tuple(sorted({s.gpus_per_node for s in specs if s.gpu_class == gpu_class_})),
         memory_asks=tuple(sorted({s.min_memory_gb for s in specs if s.min_memory_gb})),
+        spread_models=tuple(name for name, m in catalog.models.items() if m.replicas_max >= 5),
     )
     names: list[str] = []
     for _ in range(number(draw, 2 if fleet.pod else 0, max_nodes)):

@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 
 from hypothesis import Phase, event, given, settings, target
 
-from cli.cluster.snapshot import Snapshot
+from cli.catalog.schema import Profile
+from cli.cluster.snapshot import NodeView, Reachability, Snapshot
 from cli.placement.place import PlacementRun, ReplicaPlacement
-from tests.property.oracle import Expectation, Oracle, Passes, gpu_choice_problems
-from tests.property.strategies import Scenario, scenarios
+from tests.property.oracle import STRICT, Expectation, Oracle, Passes, gpu_choice_problems
+from tests.property.strategies import NOW, Scenario, scenarios
 
 # The profile (tests/conftest.py) derandomizes; this sets only how many examples.
 ORACLE_SETTINGS = settings(max_examples=250)
@@ -261,18 +262,19 @@ def hard_cases(scenario: Scenario, snapshot: Snapshot, run: PlacementRun) -> set
                 }
                 if len(holding) > 1:
                     cases.add("two fitting NVLink domains of different sizes")
-    # The spread limit matters: a model that may put more than one replica on a node does.
-    on: Counter[tuple[str, str]] = Counter()
-    for node in snapshot.nodes:
-        for replica in {(s.model, s.replica) for s in node.shards}:
-            on[replica[0], node.name] += 1
+    # The spread limit matters when, by the oracle, a limit of one would move the replica.
+    oracle = Oracle(scenario.catalog, snapshot)
     for placement in run.placements:
         model = scenario.catalog.models[placement.model]
         spread = max(1, math.ceil(model.replicas_max / 4))
-        for placed in placement.shards:
-            if spread > 1 and 0 < on[placement.model, placed.node] < spread:
-                cases.add("spread limit matters")
-            on[placement.model, placed.node] += 1
+        if spread > 1 and placement.profile is not None and placement.profile.spec.nodes == 1:
+            wide = oracle.attempt(placement.profile, oracle.ledger, STRICT, spread)
+            narrow = oracle.attempt(placement.profile, oracle.ledger, STRICT, 1)
+            if wide.node != narrow.node:
+                cases.add("spread limit decides the node")
+        if placement.profile is not None:
+            shards = [(s.node, s.gpus) for s in placement.shards]
+            oracle.hold(placement.model, placement.replica, placement.profile.spec, shards)
     return cases
 
 
@@ -288,13 +290,13 @@ FLOORS = {
     "NVLink uneven": 0.10,
     "NVLink unknown": 0.10,
     "memory exactly the ask": 0.10,
-    "unreserved memory exactly the ask": 0.03,
-    "exactly need free GPUs": 0.10,
-    "need - 1 free GPUs": 0.10,
-    "need - 1 healthy": 0.05,
-    "need - 1, ours hold": 0.05,
+    "unreserved memory exactly the ask": 0.02,
+    "exactly need free GPUs": 0.15,
+    "need - 1 free GPUs": 0.15,
+    "need - 1 healthy": 0.10,
+    "need - 1, ours hold": 0.10,
     "two fitting NVLink domains of different sizes": 0.10,
-    "spread limit matters": 0.05,
+    "spread limit decides the node": 0.05,
     "verdict not-now": 0.05,
     "verdict blocked": 0.05,
     "verdict never": 0.05,
@@ -327,3 +329,45 @@ def test_the_strategies_reach_the_hard_cases_often() -> None:
             if share < FLOORS[case]
         }
         assert not rare, f"max_nodes={max_nodes}: {rare}; all: {found}"
+
+
+# --- the oracle's own rules, on hand-made cases -----------------------------------------------
+
+
+def node_view(name: str, domains: tuple[frozenset[int], ...] | None) -> NodeView:
+    return NodeView(
+        name=name,
+        reachability=Reachability.READY,
+        cordon=None,
+        unreachable_reason=None,
+        last_reached=NOW,
+        labels={},
+        memory_total_gib=None,
+        memory_reserved_gib=0.0,
+        gpus=(),
+        nvlink_domains=domains,
+        fabrics=(),
+        shards=(),
+    )
+
+
+PAIR = Profile(name="p", priority=1, engine="vllm", gpu_class="H100", gpus_per_node=2)
+TWO_SIZES = (frozenset({0, 1, 2, 3}), frozenset({4, 5}), frozenset({6}), frozenset({7}))
+
+
+def test_the_oracle_takes_a_pair_from_the_free_2_gpu_domain_not_the_4_gpu_one() -> None:
+    node = node_view("hgx-1", TWO_SIZES)
+    free = Passes((0, 1, 2, 3, 4, 5, 6, 7))
+    assert gpu_choice_problems(node, free, PAIR, (4, 5)) == []
+    assert gpu_choice_problems(node, free, PAIR, (0, 1)) != []  # a 4-GPU domain
+    assert gpu_choice_problems(node, free, PAIR, (5, 6)) != []  # spans two domains
+    # With GPU 4 taken, the pair has to come out of the big domain.
+    assert gpu_choice_problems(node, Passes((0, 1, 2, 3, 5, 6, 7)), PAIR, (0, 1)) == []
+
+
+def test_the_oracle_takes_the_lowest_free_gpus_when_the_topology_is_unknown() -> None:
+    node = node_view("hgx-1", None)
+    free = Passes((1, 3, 4, 6))
+    assert gpu_choice_problems(node, free, PAIR, (1, 3)) == []
+    assert gpu_choice_problems(node, free, PAIR, (3, 4)) != []
+    assert gpu_choice_problems(node, free, PAIR, (0, 1)) != []  # GPU 0 is not free
