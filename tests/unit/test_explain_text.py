@@ -22,6 +22,8 @@ def test_devices_with_one_stem_fold_their_indices() -> None:
     assert format_devices(("mlx5_1", "mlx5_0")) == "mlx5_0-1"
     assert format_devices(("mlx5_0",)) == "mlx5_0"
     assert format_devices(()) == ""
+    # only digits are the index: a letter before them stays in the stem
+    assert format_devices(("hcaX0", "hcaX1")) == "hcaX0-1"
 
 
 def test_stems_keep_their_first_order_and_names_without_an_index_come_last() -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
+
 from cli.cluster.snapshot import FabricView, GpuView, NodeView, Reachability, Snapshot
 from cli.cluster.views import GpuCount, gpu_counts, node_notes, nodes_json
 from cli.facts.model import ShardRecord
@@ -290,3 +292,16 @@ def test_the_json_document_names_its_format_time_and_every_field_of_a_node() -> 
             },
         ],
     }
+
+
+# --- Snapshot.node --------------------------------------------------------------------------
+
+
+def test_a_snapshot_finds_a_node_by_name_and_names_the_one_it_lacks() -> None:
+    first, second = node("node-2"), node("node-10")
+    fleet = Snapshot(now=NOW, nodes=(first, second))
+    assert fleet.node("node-10") is second
+    assert fleet.node("node-2") is first
+    with pytest.raises(KeyError) as missing:
+        fleet.node("node-3")
+    assert missing.value.args == ("node-3",)
