@@ -19,7 +19,8 @@ from cli.commands import (
     reconcile,
     routes,
 )
-from cli.commands.options import GatherOptions, parse_duration
+from cli.commands.options import parse_duration
+from cli.ops.context import AppContext
 
 app = typer.Typer(
     name="ctl",
@@ -59,8 +60,8 @@ def settings(
     ] = "1h",
 ) -> None:
     """Settings for reaching the fleet; they apply to the command that follows."""
-    context.obj = GatherOptions(
-        known_hosts=known_hosts,
+    context.obj = AppContext(
+        known_hosts_file=known_hosts,
         connect_timeout=timeout,
         command_timeout=command_timeout,
         parallel=parallel,

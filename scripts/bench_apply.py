@@ -27,10 +27,10 @@ from pathlib import Path
 import testfleet
 
 from cli.catalog.load import load_catalog
-from cli.commands.fleet import KNOWN_HOSTS_NAME, gather_fleet, serving_addresses
-from cli.commands.options import GatherOptions
 from cli.facts.model import ShardRecord
 from cli.inventory.load import load_inventory
+from cli.ops.context import KNOWN_HOSTS_NAME, AppContext
+from cli.ops.fleet import gather_fleet, serving_addresses
 from cli.reconcile.apply import apply
 from cli.reconcile.planner import Plan, RunningShard, Stop, plan
 from cli.shards.executor import AnsibleExecutor
@@ -103,7 +103,7 @@ def inventory_of(fleet: testfleet.Fleet, directory: Path) -> Path:
 def the_plan(inventory: Path, state: Path) -> Plan:
     catalog = load_catalog(CATALOG)
     hosts = load_inventory(inventory)
-    fleet = gather_fleet(hosts, inventory, GatherOptions(state_dir=state))
+    fleet = gather_fleet(hosts, inventory, AppContext(state_dir=state))
     addresses, listen = serving_addresses(hosts)
     return plan(catalog, fleet.snapshot, {}, addresses, random.Random(7), listen=listen)
 

@@ -1095,7 +1095,7 @@ class Fleet:
     @property
     def inventory_known_hosts(self) -> Path:
         """Where ctl looks by default: hidden, or Ansible and ctl would read it as an
-        inventory source of the directory (cli/commands/fleet.py KNOWN_HOSTS_NAME)."""
+        inventory source of the directory (cli/ops/context.py KNOWN_HOSTS_NAME)."""
         return self.inventory_dir / ".known_hosts"
 
     @property

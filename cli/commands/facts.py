@@ -29,12 +29,12 @@ def facts(
     Exit code 1 when a node could not be reached (each is named with why), 2 on bad input.
     """
     from cli.cluster import name_order
-    from cli.commands.fleet import load_fleet_for
+    from cli.commands.inputs import read_fleet
     from cli.facts.store import save_facts
     from cli.ui import console
     from cli.ui.tables import facts_table
 
-    fleet = load_fleet_for(context, inventory, None)
+    fleet = read_fleet(context, inventory, None)
     if save is not None:
         for host in fleet.inventory.hosts:
             node_facts = fleet.facts[host.name].model_copy(update={"host_vars": host.vars})

@@ -24,11 +24,11 @@ def nodes(
     node could not be reached (it is listed with why), 2 on bad input.
     """
     from cli.cluster.views import nodes_json
-    from cli.commands.fleet import load_fleet_for
+    from cli.commands.inputs import read_fleet
     from cli.ui import console
     from cli.ui.tables import node_notes, nodes_table
 
-    fleet = load_fleet_for(context, inventory, facts)
+    fleet = read_fleet(context, inventory, facts)
     if as_json:
         console.print_json(nodes_json(fleet.snapshot))
     else:

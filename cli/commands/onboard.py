@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cli.commands.ca import CaDirOption, ca_directory
-from cli.commands.options import DEFAULT_INVENTORY, GatherOptions, InventoryOption
+from cli.commands.options import DEFAULT_INVENTORY, InventoryOption
 
 if TYPE_CHECKING:
     from cli.inventory.schema import Inventory
+    from cli.ops.context import AppContext
 
 
 def onboard_node(
@@ -82,13 +83,13 @@ def onboard_node(
     import sys
     from datetime import UTC, datetime
 
-    from cli.commands.fleet import fleet_known_hosts
+    from cli.commands.inputs import app_context
     from cli.edges.ssh import NodeError
     from cli.pki.onboard import Request, onboard
     from cli.pki.store import load_ca
     from cli.ui import console
 
-    options = context.obj if isinstance(context.obj, GatherOptions) else GatherOptions()
+    options = app_context(context)
     now = datetime.now(UTC)
 
     def say(line: str) -> None:
@@ -111,7 +112,7 @@ def onboard_node(
         request = Request(
             name=name,
             inventory=inventory,
-            known_hosts=fleet_known_hosts(inventory, options),
+            known_hosts=options.known_hosts(inventory),
             address=host,
             port=port,
             user=user,
@@ -146,11 +147,11 @@ def parse_labels(items: list[str]) -> dict[str, str]:
 
 
 def _first_facts(
-    inventory_model: Inventory, name: str, inventory: Path, options: GatherOptions
+    inventory_model: Inventory, name: str, inventory: Path, options: AppContext
 ) -> int:
     """Gather the node's first facts (this node only) and print its `ctl nodes` row."""
-    from cli.commands.fleet import gather_fleet
     from cli.inventory.schema import Inventory
+    from cli.ops.fleet import gather_fleet
     from cli.ui import console
     from cli.ui.tables import node_notes, nodes_table
 

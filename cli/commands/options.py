@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
 import typer
-
-from cli.cluster import DEFAULT_LOST_AFTER
 
 CatalogOption = Annotated[
     Path,
@@ -48,15 +45,3 @@ def parse_duration(text: str) -> timedelta:
     if match is None:
         raise typer.BadParameter(f"'{text}' is not a duration like 90s, 30m, 2h or 1d")
     return timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
-
-
-@dataclass(frozen=True)
-class GatherOptions:
-    """How to reach the fleet: set once on `ctl`, used by every command that gathers."""
-
-    known_hosts: Path | None = None  # default: .known_hosts in the inventory's directory
-    connect_timeout: float = 10.0
-    command_timeout: float = 30.0
-    parallel: int = 32
-    lost_after: timedelta = DEFAULT_LOST_AFTER
-    state_dir: Path | None = None  # default: $XDG_STATE_HOME/modelfleet

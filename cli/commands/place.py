@@ -38,8 +38,7 @@ def place(
     started now; reconcile keeps it while the model stays within replicas.max. Exit code
     0 when everything asked for was placed, 1 when something was not, 2 on bad input.
     """
-    from cli.catalog.load import load_catalog
-    from cli.commands.fleet import load_fleet_for
+    from cli.commands.inputs import read_catalog, read_fleet
     from cli.errors import near_miss
     from cli.placement.explain import placement_json
     from cli.placement.place import place as place_models
@@ -52,9 +51,8 @@ def place(
         console.fail("--all only with --dry-run: `ctl reconcile` starts what the catalog asks")
     if not dry_run and facts is not None:
         console.fail("--facts reads a snapshot: use it with --dry-run; starting needs live facts")
-    with console.input_errors():
-        loaded = load_catalog(catalog)
-    fleet = load_fleet_for(context, inventory, facts)
+    loaded = read_catalog(catalog)
+    fleet = read_fleet(context, inventory, facts)
     wanted: list[str] | None = None
     if models:
         wanted = []
@@ -66,8 +64,8 @@ def place(
                 )
             wanted.append(resolved)
     if not dry_run and wanted:
-        from cli.commands.fleet import serving_addresses
         from cli.commands.reconcile import apply_plan
+        from cli.ops.fleet import serving_addresses
         from cli.placement.place import running_replicas
         from cli.reconcile.planner import plan_manual
         from cli.ui.plan import render_plan

@@ -19,9 +19,8 @@ from cli.commands.options import (
 
 if TYPE_CHECKING:
     from cli.catalog.load import Catalog
-    from cli.commands.fleet import Fleet
+    from cli.ops.fleet import Fleet
     from cli.reconcile.planner import Plan
-    from cli.routes.deploy import PlaybookRouter
     from cli.shards.ansible import PlaybookRun
 
 DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Print the plan; change nothing.")]
@@ -92,37 +91,19 @@ def reconcile_pass(
     dry_run: bool,
     evict: frozenset[str] = frozenset(),
 ) -> int:
-    import random
-
-    from cli.catalog.load import load_catalog
-    from cli.commands.fleet import load_fleet_for, serving_addresses
-    from cli.reconcile.ledger import load_ledger
-    from cli.reconcile.planner import plan
+    from cli.commands.inputs import app_context, read_catalog, read_fleet
+    from cli.ops.reconcile import plan_pass
     from cli.ui import console
     from cli.ui.plan import render_plan
 
-    with console.input_errors():
-        loaded = load_catalog(catalog_path)
-    fleet = load_fleet_for(context, inventory_path, facts_dir)
-    addresses, listen = serving_addresses(fleet.inventory)
-    ledger = load_ledger(_ledger_file(context, inventory_path))
-    the_plan = plan(
-        loaded, fleet.snapshot, ledger, addresses, random.Random(), evict, listen=listen
-    )
+    loaded = read_catalog(catalog_path)
+    fleet = read_fleet(context, inventory_path, facts_dir)
+    the_plan = plan_pass(app_context(context), loaded, fleet, inventory_path, evict)
     console.print_lines(render_plan(the_plan))
     if dry_run:
         incomplete = bool(the_plan.unplaced) or fleet.partial
         return console.EXIT_INCOMPLETE if incomplete else console.EXIT_OK
     return apply_plan(context, fleet, the_plan, inventory_path, loaded)
-
-
-def _ledger_file(context: typer.Context, inventory_path: Path) -> Path:
-    from cli.commands.options import GatherOptions
-    from cli.edges.files import state_dir
-    from cli.reconcile.ledger import ledger_path
-
-    options = context.obj if isinstance(context.obj, GatherOptions) else GatherOptions()
-    return ledger_path(inventory_path, options.state_dir or state_dir())
 
 
 def apply_plan(
@@ -132,81 +113,24 @@ def apply_plan(
     inventory_path: Path,
     catalog: Catalog | None = None,
 ) -> int:
-    """Run `the_plan` on the nodes with the playbooks; say what happened; the exit code.
-
-    With the `catalog` and an inventory group `routers`, the routers follow every change
-    (docs/routing.md), and are brought up to date even when the plan is empty."""
-    import random
-
-    from cli.commands.fleet import fleet_known_hosts
-    from cli.commands.options import GatherOptions
-    from cli.edges.files import state_dir
-    from cli.reconcile.apply import apply
-    from cli.reconcile.ledger import save_ledger
-    from cli.shards.executor import AnsibleExecutor
+    """Run `the_plan` on the nodes; say what happened; the exit code."""
+    from cli.commands.inputs import app_context
+    from cli.ops import reconcile as ops
     from cli.ui import console
 
-    options = context.obj if isinstance(context.obj, GatherOptions) else GatherOptions()
-    ledger_file = _ledger_file(context, inventory_path)
-    incomplete = bool(the_plan.unplaced) or fleet.partial
-    router = None if catalog is None else _router(context, fleet, catalog, inventory_path)
-    if the_plan.empty:
-        save_ledger(ledger_file, the_plan.ledger)
-        if router is not None:
-            why = router.sync()
-            if why is not None:
-                console.print_lines([f"ROUTERS NOT UPDATED: {why}"])
-                incomplete = True
-        return console.EXIT_INCOMPLETE if incomplete else console.EXIT_OK
-    executor = AnsibleExecutor(
-        inventory_path,
-        fleet_known_hosts(inventory_path, options),
-        (options.state_dir or state_dir()) / "logs",
-        on_run=_say_run,
-    )
-    outcome = apply(
-        the_plan, executor, fleet.snapshot.now, random.Random(),
-        report=lambda line: console.err.print(console.rich_escape(line)), router=router,
+    applied = ops.apply_plan(
+        app_context(context), fleet, the_plan, inventory_path, catalog,
+        on_run=say_run, report=lambda line: console.err.print(console.rich_escape(line)),
     )  # fmt: skip
-    save_ledger(ledger_file, outcome.ledger)
-    lines = [f"started {replica}" for replica in outcome.started]
-    lines += [f"FAILED {r}: {why} — stopped whole" for r, why in outcome.failed.items()]
-    lines += [f"NOT STOPPED {r}: {why}" for r, why in outcome.stop_failures.items()]
-    lines += [f"ROUTERS NOT UPDATED: {why}" for why in outcome.route_failures]
-    console.print_lines(lines)
-    if not outcome.complete:
-        incomplete = True
-    return console.EXIT_INCOMPLETE if incomplete else console.EXIT_OK
+    console.print_lines(applied.lines)
+    return console.EXIT_OK if applied.complete else console.EXIT_INCOMPLETE
 
 
-def _say_run(run: PlaybookRun) -> None:
+def say_run(run: PlaybookRun) -> None:
+    """One line on stderr per playbook run: how it ended and where its log is."""
     from cli.ui import console
 
     console.err.print(
         f"  {run.playbook}: exit {run.returncode}, {run.changed} change(s),"
         f" {run.seconds:.1f} s — log {run.log}"
     )
-
-
-def _router(
-    context: typer.Context, fleet: Fleet, catalog: Catalog, inventory_path: Path
-) -> PlaybookRouter | None:
-    """The routers of the inventory group `routers`, or None when it has no host."""
-    from cli.commands.fleet import fleet_known_hosts, serving_addresses
-    from cli.commands.options import GatherOptions
-    from cli.edges.files import state_dir
-    from cli.routes.deploy import PlaybookRouter, RouterDeployer, router_hosts
-
-    hosts = router_hosts(fleet.inventory)
-    if not hosts:
-        return None
-    options = context.obj if isinstance(context.obj, GatherOptions) else GatherOptions()
-    deployer = RouterDeployer(
-        hosts,
-        inventory_path,
-        fleet_known_hosts(inventory_path, options),
-        (options.state_dir or state_dir()) / "logs",
-        on_run=_say_run,
-    )
-    addresses, _ = serving_addresses(fleet.inventory)
-    return PlaybookRouter(catalog, fleet.snapshot, addresses, deployer)

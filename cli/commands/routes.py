@@ -18,7 +18,7 @@ from cli.commands.options import (
 )
 
 if TYPE_CHECKING:
-    from cli.inventory.schema import Inventory
+    from cli.ops.fleet import Fleet
     from cli.routes.table import RouteTable
 
 
@@ -46,8 +46,8 @@ def routes(
     Exit code 0 when every model that wants replicas has a ready one, 1 when one has
     none (or a router could not be updated), 2 on bad input.
     """
-    from cli.catalog.load import load_catalog
-    from cli.commands.fleet import load_fleet_for, serving_addresses
+    from cli.commands.inputs import read_catalog, read_fleet
+    from cli.ops.fleet import serving_addresses
     from cli.routes.litellm import render
     from cli.routes.table import route_table, routes_json
     from cli.ui import console
@@ -55,9 +55,8 @@ def routes(
 
     if apply and facts is not None:
         console.fail("--facts reads a snapshot: routers are pointed at live facts only")
-    with console.input_errors():
-        loaded = load_catalog(catalog)
-    fleet = load_fleet_for(context, inventory, facts)
+    loaded = read_catalog(catalog)
+    fleet = read_fleet(context, inventory, facts)
     addresses, _ = serving_addresses(fleet.inventory)
     table = route_table(loaded, fleet.snapshot, addresses)
     if as_json:
@@ -69,37 +68,24 @@ def routes(
         console.print_lines(route_notes(table))
     code = console.EXIT_OK if table.complete else console.EXIT_INCOMPLETE
     if apply:
-        code = max(code, _apply(context, fleet.inventory, inventory, table))
+        code = max(code, _apply(context, fleet, inventory, table))
     raise SystemExit(code)
 
 
-def _apply(
-    context: typer.Context, loaded: Inventory, inventory_path: Path, table: RouteTable
-) -> int:
+def _apply(context: typer.Context, fleet: Fleet, inventory_path: Path, table: RouteTable) -> int:
     """Push `table` to the routers; the exit code."""
-    from cli.commands.fleet import fleet_known_hosts
-    from cli.commands.options import GatherOptions
-    from cli.edges.files import state_dir
-    from cli.routes.deploy import RouterDeployer, failure_text, router_hosts
+    from cli.commands.inputs import app_context
+    from cli.commands.reconcile import say_run
+    from cli.ops.reconcile import router_deployer
+    from cli.routes.deploy import failure_text
     from cli.ui import console
 
-    hosts = router_hosts(loaded)
-    if not hosts:
+    deployer = router_deployer(app_context(context), fleet, inventory_path, say_run)
+    if deployer is None:
         console.fail(f"no hosts in the inventory group routers of {inventory_path}")
-    options = context.obj if isinstance(context.obj, GatherOptions) else GatherOptions()
-    deployer = RouterDeployer(
-        hosts,
-        inventory_path,
-        fleet_known_hosts(inventory_path, options),
-        (options.state_dir or state_dir()) / "logs",
-        on_run=lambda run: console.err.print(
-            f"  {run.playbook}: exit {run.returncode}, {run.changed} change(s),"
-            f" {run.seconds:.1f} s — log {run.log}"
-        ),
-    )
     failures = deployer.push(table)
     if failures:
         console.err.print(f"routers not updated: {console.rich_escape(failure_text(failures))}")
         return console.EXIT_INCOMPLETE
-    console.err.print(f"routers updated: {', '.join(hosts)}")
+    console.err.print(f"routers updated: {', '.join(deployer.hosts)}")
     return console.EXIT_OK

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from cli.cluster.snapshot import Reachability
-from cli.commands.fleet import KNOWN_HOSTS_NAME, Fleet, gather_fleet
-from cli.commands.options import GatherOptions
 from cli.facts.gpuclass import gpu_class
 from cli.inventory.load import load_inventory
+from cli.ops.context import KNOWN_HOSTS_NAME, AppContext
+from cli.ops.fleet import Fleet, gather_fleet
 from tests.ctl import ctl
 from tests.integration.conftest import LiveFleet
 
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.fleet
 def gather(
     inventory_dir: Path, state: Path, now: datetime | None = None, timeout: float = 5
 ) -> Fleet:
-    options = GatherOptions(state_dir=state, connect_timeout=timeout, command_timeout=20)
+    options = AppContext(state_dir=state, connect_timeout=timeout, command_timeout=20)
     inventory = load_inventory(inventory_dir)
     return gather_fleet(inventory, inventory_dir, options, now=now)
 

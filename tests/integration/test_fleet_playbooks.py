@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from cli.catalog.load import parse_catalog
-from cli.commands.fleet import KNOWN_HOSTS_NAME
 from cli.facts.model import ShardRecord
+from cli.ops.context import KNOWN_HOSTS_NAME
 from cli.reconcile.planner import RunningShard, Stop
 from cli.shards.engines import Rank
 from cli.shards.executor import AnsibleExecutor

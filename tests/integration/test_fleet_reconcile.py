@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cli.commands.fleet import gather_fleet
-from cli.commands.options import GatherOptions
 from cli.facts.model import ShardRecord
 from cli.inventory.load import load_inventory
+from cli.ops.context import AppContext
+from cli.ops.fleet import gather_fleet
 from tests.ctl import ctl
 from tests.integration.conftest import LiveFleet
 
@@ -88,7 +88,7 @@ class Ctl:
 
     def shards(self) -> dict[str, list[tuple[str, ShardRecord]]]:
         """replica → its (node, record), from live facts."""
-        options = GatherOptions(state_dir=self.state / "probe", connect_timeout=3)
+        options = AppContext(state_dir=self.state / "probe", connect_timeout=3)
         fleet = gather_fleet(load_inventory(self.inventory), self.inventory, options)
         found: dict[str, list[tuple[str, ShardRecord]]] = {}
         for node in fleet.snapshot.nodes:

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from cli.cluster.snapshot import Reachability
-from cli.commands.fleet import gather_fleet
-from cli.commands.options import GatherOptions
 from cli.facts.gather import Target, gather
 from cli.facts.parse import parse_meminfo
 from cli.facts.probe import facts_from_probe
 from cli.inventory.load import load_inventory
+from cli.ops.context import AppContext
+from cli.ops.fleet import gather_fleet
 from tests.builders import NOW
 from tests.ctl import ctl
 from tests.sshd import Sshd, keygen, missing_reason, running_sshd, silent_listener
@@ -136,7 +136,7 @@ def write_inventory(tmp_path: Path, server: Sshd, cordoned: bool = False) -> Pat
 def test_an_unreached_node_keeps_its_last_facts_and_turns_lost_only_much_later(
     tmp_path: Path,
 ) -> None:
-    options = GatherOptions(state_dir=tmp_path / "state", connect_timeout=2)
+    options = AppContext(state_dir=tmp_path / "state", connect_timeout=2)
     with running_sshd(tmp_path / "sshd") as server:
         inventory_dir = write_inventory(tmp_path, server)
         inventory = load_inventory(inventory_dir)
@@ -155,7 +155,7 @@ def test_an_unreached_node_keeps_its_last_facts_and_turns_lost_only_much_later(
 
 
 def test_gathering_never_clears_a_cordon(tmp_path: Path) -> None:
-    options = GatherOptions(state_dir=tmp_path / "state")
+    options = AppContext(state_dir=tmp_path / "state")
     with running_sshd(tmp_path / "sshd") as server:
         inventory_dir = write_inventory(tmp_path, server, cordoned=True)
         before = (inventory_dir / "hosts.yml").read_text()

@@ -1,0 +1,46 @@
+"""The application context: what `ctl`'s own options say, for every command that follows.
+
+Set once by the root command (cli/app.py) as `ctx.obj`, and passed to every operation:
+how to reach the nodes, and where this fleet's state (facts cache, backoff ledger,
+playbook logs) and host keys live.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from cli.cluster import DEFAULT_LOST_AFTER
+from cli.edges.files import state_dir as default_state_dir
+
+KNOWN_HOSTS_NAME = ".known_hosts"
+
+
+@dataclass(frozen=True)
+class AppContext:
+    known_hosts_file: Path | None = None  # default: .known_hosts in the inventory's directory
+    connect_timeout: float = 10.0
+    command_timeout: float = 30.0
+    parallel: int = 32
+    lost_after: timedelta = DEFAULT_LOST_AFTER
+    state_dir: Path | None = None  # default: $XDG_STATE_HOME/modelfleet
+
+    @property
+    def state(self) -> Path:
+        return self.state_dir or default_state_dir()
+
+    @property
+    def logs(self) -> Path:
+        """Where every playbook run leaves its log."""
+        return self.state / "logs"
+
+    def known_hosts(self, inventory_path: Path) -> Path:
+        if self.known_hosts_file is not None:
+            return self.known_hosts_file
+        # Imported here, not above: cli/app.py imports this module, and `ctl --help` must
+        # not pay for the inventory loader (~0.15 s).
+        from cli.inventory.load import inventory_base  # noqa: PLC0415
+
+        # Hidden, so Ansible does not take it for an inventory source of the directory.
+        return inventory_base(inventory_path) / KNOWN_HOSTS_NAME

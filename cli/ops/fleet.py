@@ -1,0 +1,120 @@
+"""Load what every operation starts from: the inventory and the facts, as a Snapshot.
+
+Facts come from a snapshot directory (--facts) or, by default, live from the nodes over
+SSH, merged with the cache so a node not reached now keeps its last known facts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from cli.cluster.snapshot import Snapshot, build_snapshot
+from cli.errors import InputError
+from cli.facts.cache import FactsCache
+from cli.facts.gather import Target, gather
+from cli.facts.gpuclass import gpu_class
+from cli.facts.model import NodeFacts
+from cli.facts.probe import facts_from_attempt
+from cli.facts.store import load_facts_dir
+from cli.inventory.load import load_inventory
+from cli.inventory.schema import Inventory
+from cli.ops.context import AppContext
+
+
+@dataclass(frozen=True)
+class Fleet:
+    inventory: Inventory
+    facts: dict[str, NodeFacts]
+    snapshot: Snapshot
+    unreached: dict[str, str] = field(default_factory=dict)  # node → why, this gather
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.unreached)
+
+
+def _from_snapshot(inventory: Inventory, facts_dir: Path, options: AppContext) -> Fleet:
+    facts = load_facts_dir(facts_dir)
+    if not facts:
+        raise InputError.single(str(facts_dir), None, (), "no NAME.json facts files here")
+    # A snapshot is one moment: the newest gather in it, so an example read next year
+    # says what it said the day it was written.
+    now = max(f.gathered_at for f in facts.values())
+    snapshot = _snapshot(inventory, facts, now, options)
+    unreached = {name: f.error for name, f in facts.items() if f.error is not None}
+    return Fleet(inventory, facts, snapshot, {}, tuple(f"{n}: {e}" for n, e in unreached.items()))
+
+
+def _snapshot(
+    inventory: Inventory, facts: dict[str, NodeFacts], now: datetime, options: AppContext
+) -> Snapshot:
+    what_if = {name: f.host_vars for name, f in facts.items() if f.host_vars is not None}
+    return build_snapshot(
+        inventory.hosts, facts, now, gpu_class, options.lost_after, what_if_vars=what_if
+    )
+
+
+def gather_fleet(
+    inventory: Inventory,
+    inventory_path: Path,
+    options: AppContext,
+    on_progress: Callable[[str, str | None], None] | None = None,
+    now: datetime | None = None,
+) -> Fleet:
+    targets = [
+        Target(h.name, h.address, h.port, h.user, h.private_key_file) for h in inventory.hosts
+    ]
+    attempts = gather(
+        targets,
+        options.known_hosts(inventory_path),
+        connect_timeout=options.connect_timeout,
+        command_timeout=options.command_timeout,
+        parallel=options.parallel,
+        on_done=None
+        if on_progress is None
+        else lambda attempt: on_progress(attempt.name, attempt.error),
+    )
+    moment = now or datetime.now(UTC)
+    cache = FactsCache(inventory_path, options.state_dir)
+    previous, warnings = cache.load()
+    facts = {
+        a.name: facts_from_attempt(a.output, a.error, previous.get(a.name), moment)
+        for a in attempts
+    }
+    cache.save(facts)
+    unreached = {name: f.error for name, f in facts.items() if f.error is not None}
+    snapshot = _snapshot(inventory, facts, moment, options)
+    return Fleet(inventory, facts, snapshot, unreached, tuple(warnings))
+
+
+def load_fleet(
+    options: AppContext,
+    inventory_path: Path,
+    facts_dir: Path | None,
+    on_progress: Callable[[str, str | None], None] | None = None,
+) -> Fleet:
+    """The inventory at `inventory_path` and its facts: from the snapshot `facts_dir`, or
+    gathered live now. Bad input raises InputError; a node not reached is in `unreached`."""
+    inventory = load_inventory(inventory_path)
+    if facts_dir is not None:
+        return _from_snapshot(inventory, facts_dir, options)
+    return gather_fleet(inventory, inventory_path, options, on_progress)
+
+
+def serving_addresses(inventory: Inventory) -> tuple[dict[str, str], dict[str, str]]:
+    """Per node: the address its shards are reached at, and, where the inventory sets
+    one, the address they listen on (otherwise every address)."""
+    reach: dict[str, str] = {}
+    listen: dict[str, str] = {}
+    for host in inventory.hosts:
+        chosen = host.vars.listen_address
+        if chosen is not None and not chosen.is_unspecified:
+            listen[host.name] = str(chosen)
+            reach[host.name] = str(chosen)
+        else:
+            reach[host.name] = host.address
+    return reach, listen
