@@ -2,9 +2,15 @@
 
 The playbooks live at the top of the project (playbooks/); pyproject.toml's force-include
 puts them in the wheel at cli/_data/playbooks. These tests build the wheel once, look into
-it, install it in a fresh venv (its dependencies from the package registry pip is
-configured with, at constraints.txt's versions; pip's cache makes it quick) and run the
-installed ctl and ansible-playbook there, away from the clone.
+it, install it in a fresh venv and run the installed ctl and ansible-playbook there, away
+from the clone.
+
+Offline, as every test is: the wheel is built with the hatchling of the test
+environment (no build isolation, no index), and installed without its dependencies; the
+fresh venv reaches those through a .pth line naming the test environment's
+site-packages (a path line, so the editable install's own .pth there is never run and
+`cli` can only come from the wheel), and gets ansible's commands as pip would write them,
+with its own interpreter.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -42,7 +49,11 @@ def run(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> str
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)], out)
+    run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+         "--no-index", "-q", "-w", str(out), str(ROOT)],
+        out,
+    )  # fmt: skip
     (built,) = out.glob("modelfleet-*.whl")
     return built
 
@@ -53,7 +64,16 @@ def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("venv") / "venv"
     run([sys.executable, "-m", "venv", str(root)], root.parent)
     pip = [str(root / "bin" / "python"), "-m", "pip", "install", "-q", "--no-compile"]
-    run([*pip, "-c", str(ROOT / "constraints.txt"), str(wheel)], root.parent)
+    run([*pip, "--no-deps", "--no-index", str(wheel)], root.parent)
+    ours = Path(sysconfig.get_paths()["purelib"])
+    (site_packages(root) / "dependencies.pth").write_text(f"{ours}\n")
+    for command in ("ansible-playbook", "ansible-inventory"):
+        script = (Path(sys.executable).parent / command).read_text().splitlines()
+        assert script[0].startswith("#!"), command
+        (root / "bin" / command).write_text(
+            "\n".join([f"#!{root / 'bin' / 'python'}", *script[1:]])
+        )
+        (root / "bin" / command).chmod(0o755)
     return root
 
 
