@@ -44,8 +44,13 @@ each of these): the spread limit's size and that it ranks before best fit; unkno
 topology ranking between "inside a domain" and "spanning"; fewer replicas of the model as
 the tie-break after best fit; a node that did not report its GPUs counted as having them
 for the verdict; "the faster fabric" as the slowest declared rate among the group's nodes
-(unknown counting as 0); which GPUs inside the chosen domain are taken is left open here
-(the test only asks for a domain no worse than the best).
+(unknown counting as 0). Read from the code and not written in the docs, because they
+look like details rather than intent: a node that did not report its GPUs counts as one
+"without GPUs" when ranking CPU replicas; a node whose every fabric lacks an ACTIVE HCA
+is refused as `condition`, a fabric with too few eligible nodes as `hardware`. Left
+open: which GPUs inside the chosen domain are taken, and how several groups per node are
+laid out (the test asks only that each group could sit inside a domain when some set of
+free GPUs allows it, and, for one group, a domain no worse than the best).
 """
 
 from __future__ import annotations

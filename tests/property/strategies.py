@@ -186,7 +186,9 @@ def profile_dict(
     draw: st.DrawFn, name: str, priority: int, fleet_class: str, pod: bool
 ) -> dict[str, Any]:
     # A pod's catalog asks for multi-node replicas often, mostly of the pod's class.
-    kinds = ("cpu", "gpu", "gpu", "multi", "multi") if pod else ("cpu", "gpu", "gpu", "multi")
+    kinds = (
+        ("cpu", "gpu", "gpu", "multi", "multi", "multi") if pod else ("cpu", "gpu", "gpu", "multi")
+    )
     kind = pick(draw, kinds)
     profile: dict[str, Any] = {"name": name, "priority": priority}
     if kind == "cpu":
@@ -318,7 +320,11 @@ def gpu_facts(draw: st.DrawFn, node: str, fleet: Fleet, twin: bool) -> GpuFacts:
     if target is not None:
         order = permutation(draw, count)
         taken_away = order[: count - target]
-        split = number(draw, 0, len(taken_away))
+        # All faulty (too few usable: condition), all ours (too few free: capacity), or a mix.
+        mix = pick(draw, ("faulty", "ours", "mixed"))
+        split = {"faulty": len(taken_away), "ours": 0}.get(mix, -1)
+        if split < 0:
+            split = number(draw, 0, len(taken_away))
         faulty = set(taken_away[:split])
         held_pool = taken_away[split:]
     else:

@@ -29,8 +29,9 @@ The properties:
 8. Verdicts are consistent: a replica that is not "not-now" stays unplaced when placed
    alone with every shard of ours freed; a "not-now" one is placed then; a "never" one
    stays unplaced even on a healed fleet (all nodes Ready, uncordoned, every GPU and
-   HCA healthy), and a "blocked" one is placed on it, unless some node did not report
-   its GPUs (the verdict counts such a node as one that may have them).
+   HCA healthy, and a node that did not report its GPUs given 8 of every class, since
+   the verdict counts such a node as one that may have them), and a "blocked" one is
+   placed on it.
 9. The run adds exactly the missing replicas: `running` is every replica with a shard on
    a node that is not Lost; `wanted` is replicas.min minus those (or the models asked
    for); there is one placement record per wanted replica.
