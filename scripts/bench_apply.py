@@ -24,8 +24,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-import testfleet
-
 from cli.catalog.load import load_catalog
 from cli.facts.model import ShardRecord
 from cli.inventory.load import load_inventory
@@ -35,6 +33,11 @@ from cli.reconcile.apply import apply
 from cli.reconcile.planner import Plan, RunningShard, Stop, plan
 from cli.shards.executor import AnsibleExecutor
 from cli.shards.units import ShardFiles
+
+# Run as a file, not a module: the project root, where the test fleet's package is
+# (tests/testfleet), is not on the path of a script in scripts/.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests import testfleet
 
 ROOT = Path(__file__).resolve().parents[1]
 CATALOG = ROOT / "examples" / "testfleet" / "bench-catalog.yaml"

@@ -66,12 +66,16 @@ from pathlib import Path
 from typing import IO, Any
 
 import paramiko
-import testfleet
 import yaml
 
 from cli.facts.gather import Target, gather, probe_script
 from cli.facts.probe import facts_from_probe
 from cli.inventory.load import load_inventory
+
+# Run as a file, not a module: the project root, where the test fleet's package is
+# (tests/testfleet), is not on the path of a script in scripts/.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests import testfleet
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = (1, 8, 16)

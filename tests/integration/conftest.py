@@ -29,7 +29,7 @@ from typing import IO
 
 import pytest
 
-from tests.fakes import testfleet as fleet_script
+from tests import testfleet as fleet_script
 
 FLEET_SIZE = 3
 KEEP_ENV = "MODELFLEET_TESTFLEET_KEEP"

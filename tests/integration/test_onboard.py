@@ -176,7 +176,7 @@ def host_key_fingerprint(fleet: LiveFleet, name: str) -> str:
 
 
 def ensure_openssl(fleet: LiveFleet, name: str) -> None:
-    """The nodes are Debian minbase, without openssl unless scripts/testfleet.py includes
+    """The nodes are Debian minbase, without openssl unless tests/testfleet/rootfs.py includes
     it: install it once (it stays in the node's overlay, like a disk)."""
     if fleet.ssh(name, "command -v openssl").returncode == 0:
         return
@@ -191,7 +191,7 @@ def ensure_openssl(fleet: LiveFleet, name: str) -> None:
         last = (install.stderr.strip().splitlines() or ["?"])[-1]
         pytest.skip(
             f"{name} has no openssl and apt-get could not install it ({last}):"
-            " add openssl to PACKAGES in scripts/testfleet.py"
+            " add openssl to PACKAGES in tests/testfleet/rootfs.py"
         )
 
 

@@ -20,8 +20,8 @@ from cli.facts.parse import (
     parse_topology,
 )
 from cli.inventory.load import load_inventory
+from tests import testfleet as fleet_script
 from tests.fakes import nvidia_smi
-from tests.fakes import testfleet as fleet_script
 from tests.integration.conftest import LiveFleet
 
 pytestmark = pytest.mark.fleet

@@ -20,7 +20,8 @@ from typing import Any, cast
 import pytest
 
 from cli.facts.parse import parse_compute_apps, parse_query_gpu, parse_topology
-from tests.fakes import nvidia_smi, testfleet
+from tests import testfleet
+from tests.fakes import nvidia_smi
 from tests.fakes.nvidia_smi import FakeData, GpuData, NicData
 
 ROOT = Path(__file__).resolve().parents[2]
