@@ -626,6 +626,32 @@ def test_only_ports_in_listen_state_are_listening_ports(
     assert list(parse_listening_ports(text)) == listening
 
 
+def test_the_corrupted_texts_are_both_read_and_refused_often_enough() -> None:
+    # Texts every parser refuses (or reads) would only test the first line of each.
+    for name, parser in PARSERS.items():
+        results = outcomes(parser)
+        read = sum(results) / len(results)
+        assert len(results) >= 50 and 0.10 <= read <= 0.90, f"{name}: {read:.0%} read"
+
+
+def outcomes(parser: Parser) -> list[bool]:
+    """Whether each of 60 of the parser's texts was read (True) or refused."""
+    results: list[bool] = []
+
+    @settings(max_examples=60)
+    @given(parser.texts)
+    def collect(text: str) -> None:
+        try:
+            parser.run(text)
+        except FactsParseError:
+            results.append(False)
+        else:
+            results.append(True)
+
+    collect()
+    return results
+
+
 # --- found by the properties above ----------------------------------------------------------
 
 
