@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,21 @@ def pure_files() -> list[Path]:
     for package in PURE_PACKAGES:
         files += sorted((ROOT / package).glob("*.py"))
     return files
+
+
+# Kept for tests/unit/test_routes.py's import check (now also the contracts' job: it can go
+# with these once that test uses lint-imports).
+FORBIDDEN = {"paramiko", "proxmoxer", "ansible", "ansible_runner", "typer", "rich", "click"}
+
+
+def imported_roots(path: Path) -> set[str]:
+    roots = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            roots |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            roots.add(node.module.split(".")[0])
+    return roots
 
 
 def test_the_pure_core_list_covers_real_modules() -> None:
