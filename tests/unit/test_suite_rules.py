@@ -20,6 +20,10 @@ def test_skipped_by_its_mark():
 
 def test_runs():
     pass
+
+@pytest.mark.xfail(strict=True, reason="a known bug, recorded")
+def test_a_known_bug():
+    assert False
 """
 
 
@@ -39,7 +43,7 @@ def run_pytest(directory: Path, require_all: str | None) -> subprocess.Completed
 def test_a_skip_is_a_skip_on_a_developers_machine(tmp_path: Path) -> None:
     result = run_pytest(tmp_path, None)
     assert result.returncode == 0, result.stdout
-    assert "1 passed, 2 skipped" in result.stdout
+    assert "1 passed, 2 skipped, 1 xfailed" in result.stdout
 
 
 def test_under_ci_every_skip_fails_with_its_reason(tmp_path: Path) -> None:
@@ -49,6 +53,7 @@ def test_under_ci_every_skip_fails_with_its_reason(tmp_path: Path) -> None:
     assert "no systemd-nspawn here" in result.stdout
     assert "skipped" not in result.stdout.splitlines()[-1]
     assert "1 passed" in result.stdout.splitlines()[-1]
+    assert "1 xfailed" in result.stdout.splitlines()[-1]  # an expected failure stays one
 
 
 def test_ci_sets_the_variable() -> None:
