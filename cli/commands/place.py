@@ -86,7 +86,7 @@ def place(
         raise SystemExit(apply_plan(context, fleet, the_plan, inventory))
     run = place_models(loaded, fleet.snapshot, wanted)
     if as_json:
-        console.print_json(placement_json(run))
+        console.print_json(placement_json(run, fleet.unreached))
     else:
         print_run(run)
     complete = run.all_placed and not fleet.partial

@@ -88,7 +88,11 @@ def provision_node(
     ] = None,
     timeout: Annotated[
         float,
-        typer.Option("--timeout", help="The longest wait for each step (a task, the agent), s."),
+        typer.Option(
+            "--step-timeout",
+            help="The longest wait for each step (a task, the agent), s"
+            " (ctl's own timeout is for SSH connects).",
+        ),
     ] = DEFAULT_TIMEOUT,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the API calls; contact nothing, need no token.")
@@ -139,7 +143,7 @@ def provision_node(
         if unreadable:
             raise InputError(unreadable)
     if timeout <= 0:
-        console.fail("--timeout must be above 0 seconds")
+        console.fail("--step-timeout must be above 0 seconds")
     for item in options.gpus:
         if item.host is not None:
             console.err.print(

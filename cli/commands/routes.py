@@ -53,6 +53,8 @@ def routes(
     from cli.ui import console
     from cli.ui.routes import route_notes, routes_table
 
+    if as_json and litellm:
+        console.fail("--json and --litellm are two forms of the same table: choose one")
     if apply and facts is not None:
         console.fail("--facts reads a snapshot: routers are pointed at live facts only")
     loaded = read_catalog(catalog)

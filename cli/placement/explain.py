@@ -6,7 +6,7 @@ matter and the numbers that decided, and tell "not now" from "never".
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cli.cluster import name_order
@@ -123,11 +123,15 @@ def assumption_lines(placement: ReplicaPlacement) -> list[str]:
     return lines
 
 
-def placement_json(run: PlacementRun) -> dict[str, Any]:
-    """The documented, stable `--json` form (docs/placement.md)."""
+def placement_json(run: PlacementRun, unreached: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The documented, stable `--json` form (docs/json.md). `unreached`: the nodes this
+    gather could not reach, with why; the answer is complete only without any (a node not
+    reached may have room, or may run replicas nobody counted), as the exit code says."""
+    unreached = unreached or {}
     return {
         "format": PLACEMENT_FORMAT,
-        "complete": run.all_placed,
+        "complete": run.all_placed and not unreached,
+        "unreached": dict(unreached),
         "running": {model: list(replicas) for model, replicas in run.running.items()},
         "placements": [_placement_json(p) for p in run.placements],
     }

@@ -231,3 +231,30 @@ def test_an_unreached_node_is_named_with_why_and_the_exit_code_says_partial(
         " ".join(result.stderr.split()),
     ), result.stderr
     assert re.search(r"^local +Unreachable ", result.stdout, flags=re.MULTILINE)
+
+
+def test_place_json_is_complete_only_when_every_node_was_reached(
+    sshd: Sshd, tmp_path: Path
+) -> None:
+    inventory = write_inventory(tmp_path, sshd)
+    with silent_listener() as port:
+        pass  # closed again: a node whose sshd is down
+    hosts = inventory / "hosts.yml"
+    hosts.write_text(
+        hosts.read_text()
+        + f"    gone:\n      ansible_host: 127.0.0.1\n      ansible_port: {port}\n"
+        + f"      ansible_user: root\n      ansible_ssh_private_key_file: {sshd.client_key}\n"
+    )
+    (tmp_path / "catalog.yaml").write_text(
+        "models:\n  tiny:\n    source: hf://org/tiny\n    profiles:\n"
+        "      - {name: cpu, priority: 1, engine: llama.cpp}\n"
+    )
+    result = run_ctl(
+        tmp_path, "place", "tiny", "--dry-run", "--json",
+        "--inventory", str(inventory), "--catalog", str(tmp_path / "catalog.yaml"),
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    document = json.loads(result.stdout)
+    assert [p["placed"] for p in document["placements"]] == [True]
+    assert document["complete"] is False
+    assert document["unreached"] == {"gone": f"connection refused on port {port}"}

@@ -75,7 +75,7 @@ def arguments(pve: Running, key_file: Path, *extra: str, ca: bool = True) -> lis
         "127.0.0.1",
         "--proxmox-port",
         str(pve.port),
-        "--timeout",
+        "--step-timeout",
         "20",
     ]
     if ca:

@@ -73,6 +73,15 @@ def test_routes_apply_refuses_a_snapshot() -> None:
     assert "live facts only" in result.stderr
 
 
+def test_json_and_litellm_together_are_refused_not_one_silently_preferred() -> None:
+    result = ctl(*ROUTES, "--json", "--litellm")
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr == (
+        "error: --json and --litellm are two forms of the same table: choose one\n"
+    )
+
+
 def test_every_ctl_routes_example_in_the_docs_is_what_ctl_prints() -> None:
     text = (ROOT / "docs" / "routing.md").read_text()
     examples = re.findall(r"```text\n\$ ctl (routes[^\n]*)\n(.*?)```", text, re.DOTALL)
