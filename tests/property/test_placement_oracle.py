@@ -14,7 +14,11 @@ which some real bug only shows in.
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import subprocess
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -23,6 +27,7 @@ from hypothesis import Phase, event, given, settings, target
 from cli.catalog.schema import Profile
 from cli.cluster.snapshot import NodeView, Reachability, Snapshot
 from cli.placement.place import PlacementRun, ReplicaPlacement
+from tests.ctl import ROOT
 from tests.property.oracle import STRICT, Expectation, Oracle, Passes, gpu_choice_problems
 from tests.property.strategies import NOW, Scenario, scenarios
 
@@ -296,10 +301,7 @@ FLOORS = {
     "need - 1 healthy": 0.10,
     "need - 1, ours hold": 0.10,
     "two fitting NVLink domains of different sizes": 0.10,
-    # 5-7 % when this file runs alone, 4.3 % after the parser properties in one process
-    # (Hypothesis' generation is not wholly independent of what ran before it): the floor
-    # says "reached often enough to catch a spread-limit bug", which 3 % still is.
-    "spread limit decides the node": 0.03,
+    "spread limit decides the node": 0.05,
     "verdict not-now": 0.05,
     "verdict blocked": 0.05,
     "verdict never": 0.05,
@@ -323,9 +325,28 @@ def frequencies(max_nodes: int, examples: int) -> dict[str, float]:
     return {case: seen[case] / drawn for case in FLOORS}
 
 
+def frequencies_in_a_fresh_process(max_nodes: int, examples: int) -> dict[str, float]:
+    """`frequencies` in a new interpreter: Hypothesis draws constants from the modules
+    already imported, so in a process that ran other tests first the same derandomized
+    draws differ (multi-node placed fell from 20 % to 8 %); a fresh one always sees this
+    module and what it imports, and measures the strategies alone."""
+    script = (
+        "import json, sys\n"
+        "from tests.property.test_placement_oracle import frequencies\n"
+        f"print(json.dumps(frequencies({max_nodes}, {examples})))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    found: dict[str, float] = json.loads(done.stdout.splitlines()[-1])
+    return found
+
+
 def test_the_strategies_reach_the_hard_cases_often() -> None:
     for max_nodes in (5, 8):
-        found = frequencies(max_nodes, 300)
+        found = frequencies_in_a_fresh_process(max_nodes, 300)
         rare = {
             case: f"{share:.0%} < {FLOORS[case]:.0%}"
             for case, share in found.items()
