@@ -192,10 +192,8 @@ def test_ctl_facts_saves_a_snapshot_that_ctl_nodes_reads(sshd: Sshd, tmp_path: P
     assert re.search(r"^local +Cordoned ", shown.stdout, flags=re.MULTILINE), shown.stdout
 
 
-def test_ctl_facts_json_has_every_node_and_says_which_were_not_reached(
-    sshd: Sshd, tmp_path: Path
-) -> None:
-    inventory = write_inventory(tmp_path, sshd)
+def add_a_node_that_is_down(inventory: Path, sshd: Sshd) -> int:
+    """A host `gone` beside the real one, on a port where nothing listens; that port."""
     with silent_listener() as port:
         pass  # closed again: a node whose sshd is down
     hosts = inventory / "hosts.yml"
@@ -204,6 +202,14 @@ def test_ctl_facts_json_has_every_node_and_says_which_were_not_reached(
         + f"    gone:\n      ansible_host: 127.0.0.1\n      ansible_port: {port}\n"
         + f"      ansible_user: root\n      ansible_ssh_private_key_file: {sshd.client_key}\n"
     )
+    return port
+
+
+def test_ctl_facts_json_has_every_node_and_says_which_were_not_reached(
+    sshd: Sshd, tmp_path: Path
+) -> None:
+    inventory = write_inventory(tmp_path, sshd)
+    port = add_a_node_that_is_down(inventory, sshd)
     result = run_ctl(tmp_path, "facts", "--json", "--inventory", str(inventory))
     assert result.returncode == 1, result.stderr
     document = json.loads(result.stdout)
@@ -237,14 +243,7 @@ def test_place_json_is_complete_only_when_every_node_was_reached(
     sshd: Sshd, tmp_path: Path
 ) -> None:
     inventory = write_inventory(tmp_path, sshd)
-    with silent_listener() as port:
-        pass  # closed again: a node whose sshd is down
-    hosts = inventory / "hosts.yml"
-    hosts.write_text(
-        hosts.read_text()
-        + f"    gone:\n      ansible_host: 127.0.0.1\n      ansible_port: {port}\n"
-        + f"      ansible_user: root\n      ansible_ssh_private_key_file: {sshd.client_key}\n"
-    )
+    port = add_a_node_that_is_down(inventory, sshd)
     (tmp_path / "catalog.yaml").write_text(
         "models:\n  tiny:\n    source: hf://org/tiny\n    profiles:\n"
         "      - {name: cpu, priority: 1, engine: llama.cpp}\n"
