@@ -30,6 +30,7 @@ from cli.facts.model import ShardRecord
 from cli.reconcile.backoff import Backoff, failure_key
 from cli.reconcile.planner import Plan, plan
 from tests.builders import NOW, NodeSpec, facts, host, nvswitch, shard
+from tests.property.strategies import number, one_in
 
 T = TypeVar("T")
 
@@ -99,23 +100,10 @@ BACKOFF_ENDS = (
 
 Bucket = Literal["unwanted", "lost", "unreachable", "failed", "counted"]
 
-_INTEGERS: dict[tuple[int, int], st.SearchStrategy[int]] = {}
-
 
 def pick(draw: st.DrawFn, options: Sequence[T]) -> T:
     """One of `options`; shrinks towards the first."""
     return options[number(draw, 0, len(options) - 1)]
-
-
-def number(draw: st.DrawFn, low: int, high: int) -> int:
-    strategy = _INTEGERS.get((low, high))
-    if strategy is None:
-        strategy = _INTEGERS[low, high] = st.integers(low, high)
-    return draw(strategy)
-
-
-def one_in(draw: st.DrawFn, odds: int) -> bool:
-    return number(draw, 0, odds - 1) == 0
 
 
 @dataclass(frozen=True)
