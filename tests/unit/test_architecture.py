@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,3 +45,43 @@ def test_a_pure_module_that_imports_rich_breaks_the_contracts(tmp_path: Path) ->
     assert result.returncode == 1, result.stdout + result.stderr
     assert "cli.placement.gpus -> rich" in result.stdout
     assert "Only cli/ui imports rich BROKEN" in result.stdout
+
+
+# --- docs/architecture.md says what the contracts say ----------------------------------------
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def contracts() -> list[dict[str, object]]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    found: list[dict[str, object]] = config["tool"]["importlinter"]["contracts"]
+    return found
+
+
+def documented(block: str) -> list[list[str]]:
+    """The module names of each list item between <!-- block… --> and <!-- /block -->."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    match = re.search(rf"<!-- {block}\b.*?-->\n(.*?)<!-- /{block} -->", text, re.DOTALL)
+    assert match is not None, f"docs/architecture.md has no {block} block"
+    items = re.split(r"^(?:\d+\.|-) ", match.group(1), flags=re.MULTILINE)
+    return [re.findall(r"`(cli(?:\.\w+)*)`", item) for item in items if item.strip()]
+
+
+def test_the_documented_layers_are_the_layer_contract_top_to_bottom() -> None:
+    layers = contracts()[0]
+    assert layers["type"] == "layers"
+    expected = [
+        sorted(name.strip() for name in str(layer).split(":"))
+        for layer in layers["layers"]  # type: ignore[attr-defined]
+    ]
+
+    assert [sorted(names) for names in documented("layers")] == expected
+
+
+def test_the_documented_edges_in_the_domain_are_the_ones_the_contract_names() -> None:
+    upper = {"cli.app", "cli.commands", "cli.ui", "cli.ops", "cli.edges"}
+    forbidden = set(contracts()[2]["forbidden_modules"])  # type: ignore[call-overload]
+
+    named = {name for names in documented("edges-in-domain") for name in names}
+
+    assert named == forbidden - upper
