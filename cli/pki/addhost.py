@@ -1,7 +1,8 @@
 """Add an onboarded host to the operator's inventory, keeping every comment and the order.
 
-The same machinery as `ctl cordon` (cli/inventory/edit.py): each change is spliced into
-the text where ruamel.yaml's composer says it goes, and checked to change nothing else;
+The same machinery as `ctl cordon` (cli/inventory/splice.py, cli/inventory/edit.py): each
+change is spliced into the text where ruamel.yaml's composer says it goes, and checked to
+change nothing else;
 then the whole inventory is read again, as `load_inventory` reads it, and every file is
 restored unless the new host is as planned and every other host exactly as before.
 
@@ -28,20 +29,11 @@ from pathlib import Path
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode
 
 from cli.errors import InputError
-from cli.inventory.edit import (
-    CTL_HEADER,
-    FileEdit,
-    InventoryTexts,
-    compose,
-    is_null,
-    mapping_pair,
-    quote,
-    read_texts,
-    set_key,
-    write_verified,
-)
+from cli.inventory.cordon import FileEdit, InventoryTexts
+from cli.inventory.edit import read_texts, write_verified
 from cli.inventory.load import SourceText, inventory_from_texts, load_inventory
 from cli.inventory.schema import DEFAULT_SSH_PORT, Host, Inventory
+from cli.inventory.splice import CTL_HEADER, compose, is_null, mapping_pair, quote, set_key
 from cli.yamlsource import parse_yaml
 
 NEW_FILE = "hosts.yml"
@@ -258,7 +250,7 @@ def _add_group(changed: dict[str, str], file: str, group: str) -> tuple[str, ...
         return (group,)
     if mapping_pair(all_pair[1], "children") is None:
         changed[file] = set_key(changed[file], file, ("all",), empty, key="children")
-    changed[file] = set_key(changed[file], file, ("all", "children"), empty, _key(group, file))
+    changed[file] = set_key(changed[file], file, ("all", "children"), empty, key=_key(group, file))
     return ("all", "children", group)
 
 

@@ -13,20 +13,10 @@ from pathlib import Path
 import pytest
 
 from cli.errors import InputError
-from cli.inventory.edit import (
-    CTL_HEADER,
-    FileEdit,
-    Plan,
-    commit,
-    cordon_node,
-    quote,
-    read_texts,
-    reason_problem,
-    remove_key,
-    set_key,
-    uncordon_node,
-)
+from cli.inventory.cordon import FileEdit, Plan, reason_problem
+from cli.inventory.edit import commit, cordon_node, read_texts, uncordon_node
 from cli.inventory.load import load_inventory
+from cli.inventory.splice import CTL_HEADER, quote, remove_key, set_key
 from tests.unit.test_inventory import lines, write
 
 HOSTS = lines(
@@ -404,9 +394,9 @@ def test_a_value_ctl_cannot_safely_replace_is_left_for_the_operator(
     written: str, problem: str
 ) -> None:
     with pytest.raises(InputError, match=rf"^f.yml:\d: cordoned: {problem}"):
-        set_key(written + "\n", "f.yml", (), '"new"')
+        set_key(written + "\n", "f.yml", (), '"new"', key="cordoned")
     with pytest.raises(InputError, match=problem):
-        remove_key(written + "\n", "f.yml", ())
+        remove_key(written + "\n", "f.yml", (), key="cordoned")
 
 
 def test_an_ini_inventory_is_refused(tmp_path: Path) -> None:
@@ -531,7 +521,7 @@ SET_CASES = [
 def test_setting_the_key_changes_only_its_own_line(
     before: str, path: tuple[str, ...], after: str
 ) -> None:
-    assert set_key(before, "f.yml", path, '"R"') == after
+    assert set_key(before, "f.yml", path, '"R"', key="cordoned") == after
 
 
 REMOVE_CASES = [
@@ -552,14 +542,14 @@ REMOVE_CASES = [
 def test_removing_the_key_removes_only_its_own_lines(
     before: str, path: tuple[str, ...], after: str
 ) -> None:
-    assert remove_key(before, "f.yml", path) == after
+    assert remove_key(before, "f.yml", path, key="cordoned") == after
 
 
 def test_an_edit_that_would_change_another_value_is_refused() -> None:
     # A kept block scalar's trailing blank lines are its value: a line inserted before them
     # would take them away, and the check after every splice notices.
     with pytest.raises(InputError, match="without changing more of the file"):
-        set_key("a: |+\n  x\n\n", "f.yml", (), '"R"')
+        set_key("a: |+\n  x\n\n", "f.yml", (), '"R"', key="cordoned")
 
 
 def test_a_reason_is_written_as_one_double_quoted_line_yaml_and_json_both_read() -> None:
@@ -567,4 +557,4 @@ def test_a_reason_is_written_as_one_double_quoted_line_yaml_and_json_both_read()
     written = quote(reason)
     assert "\n" not in written and "\u2028" not in written and "\x7f" not in written
     assert json.loads(written) == reason
-    assert set_key("", "f.yml", (), written) == f"cordoned: {written}\n"
+    assert set_key("", "f.yml", (), written, key="cordoned") == f"cordoned: {written}\n"

@@ -16,7 +16,7 @@ PURE_MODULES = ["errors.py", "yamlsource.py", "schemaerrors.py"]
 EDGE_MODULES = {
     "catalog/load.py",
     "inventory/load.py",
-    "inventory/edit.py",  # its I/O half writes the operator's inventory (ctl cordon)
+    "inventory/edit.py",  # writes the operator's inventory (ctl cordon, ctl onboard-node)
     "facts/store.py",
     "facts/cache.py",
     "facts/gather.py",
