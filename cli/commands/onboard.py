@@ -85,7 +85,7 @@ def onboard_node(
 
     from cli.commands.inputs import app_context
     from cli.edges.ssh import NodeError
-    from cli.pki.onboard import Request, onboard
+    from cli.ops.onboard import Request, onboard
     from cli.pki.store import load_ca
     from cli.ui import console
 

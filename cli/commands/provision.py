@@ -10,7 +10,7 @@ import typer
 
 if TYPE_CHECKING:
     from cli.provision.plan import ProvisionOptions
-    from cli.provision.run import Outcome, ProvisionError
+    from cli.ops.provision import Outcome, ProvisionError
 
 DEFAULT_CORES = 4
 DEFAULT_MEMORY_MIB = 16384
@@ -181,7 +181,7 @@ def _provision(
 ) -> None:
     from cli.provision.plan import redact
     from cli.provision.proxmox import ProxmoxClient, TokenError, load_token, token_file_warning
-    from cli.provision.run import Limits, Provisioner, ProvisionError
+    from cli.ops.provision import Limits, Provisioner, ProvisionError
     from cli.ui import console
 
     if not host:

@@ -17,7 +17,7 @@ import pytest
 
 from cli.provision.plan import ProvisionOptions, build_options, encode_sshkeys
 from cli.provision.proxmox import ProxmoxClient, Token
-from cli.provision.run import Limits, Outcome, Provisioner, ProvisionError
+from cli.ops.provision import Limits, Outcome, Provisioner, ProvisionError
 from tests.fakes.proxmox import Knobs, Running, running_fake
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPC/9GoZa7DDp4N7+XqtKkpIlxUhP0baYbO0YN9ruu6c ops"

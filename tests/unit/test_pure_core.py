@@ -24,7 +24,6 @@ EDGE_MODULES = {
     "pki/ssh.py",
     "pki/node.py",
     "pki/addhost.py",
-    "pki/onboard.py",
 }
 
 
