@@ -42,6 +42,7 @@ from cli.shards.units import ShardFiles, shard_files
 
 FIRST_PORT = 8000
 LAST_PORT = 8999
+DRAINING = "being drained"  # the cordon a node being drained is placed with
 
 
 class Condition(StrEnum):
@@ -89,6 +90,8 @@ class Stop:
     shards: tuple[RunningShard, ...]  # the ones that can be reached and stopped
     reason: str
     drain: bool  # let in-flight requests finish: a healthy replica being retired
+    # Drained off a node being emptied: the new replica that must serve before it goes.
+    replacement: str | None = None
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,7 @@ class Leave:
     replica: str
     model: str
     reason: str
+    undrained: bool = False  # on a node being drained, kept: no replacement could be placed
 
 
 @dataclass(frozen=True)
@@ -192,13 +196,16 @@ def plan(
     rng: random.Random,
     evict: frozenset[str] = frozenset(),
     listen: Mapping[str, str] | None = None,
+    force: bool = False,
 ) -> Plan:
     """The changes that bring the fleet to the catalog, as of `snapshot.now`.
 
     `addresses` maps node → the address other ranks and health checks use; `listen`, the
     address its shards serve on where that is not every address. `evict` names nodes
-    being drained: their replicas are replaced elsewhere, then drained.
+    being drained: placed as cordoned, their replicas are replaced elsewhere, then
+    drained; one whose replacement cannot be placed is left running unless `force`.
     """
+    snapshot = cordoned(snapshot, dict.fromkeys(evict, DRAINING))
     now = snapshot.now
     nodes = {node.name: node for node in snapshot.nodes}
     new_ledger = dict(ledger)
@@ -207,6 +214,7 @@ def plan(
     leaves: list[Leave] = []
     counted: dict[str, list[Replica]] = {name: [] for name in catalog.models}
     notes: dict[str, list[str]] = {name: [] for name in catalog.models}
+    moving: dict[str, list[Stop]] = {name: [] for name in catalog.models}
     for replica in replicas_of(snapshot):
         bucket, why = condition(replica, catalog, nodes)
         reachable = tuple(
@@ -227,7 +235,9 @@ def plan(
             leaves.append(Leave(replica.replica, replica.model, why))
             counted[replica.model].append(replica)
         elif evict and {s.node for s in replica.shards} & evict:
-            drains.append(Stop(replica.replica, replica.model, reachable, "node drained", True))
+            moving[replica.model].append(
+                Stop(replica.replica, replica.model, reachable, "node drained", drain=True)
+            )
             notes[replica.model].append(f"moves {replica.replica} off a drained node")
         else:
             counted[replica.model].append(replica)
@@ -273,6 +283,9 @@ def plan(
                 _start(placement, placement.profile, addresses, ports, now, reason,
                        listen=listen)
             )  # fmt: skip
+    moved, kept = _evictions(catalog, moving, counted, starts, evict, force)
+    drains += moved
+    leaves += kept
     return Plan(
         now=now,
         stops=tuple(stops),
@@ -283,6 +296,55 @@ def plan(
         unplaced=tuple(unplaced),
         ledger=new_ledger,
     )
+
+
+def cordoned(snapshot: Snapshot, reasons: Mapping[str, str]) -> Snapshot:
+    """`snapshot` with these nodes cordoned (node → reason), unless they already are."""
+    nodes = tuple(
+        replace(node, cordon=reasons[node.name])
+        if node.name in reasons and node.cordon is None
+        else node
+        for node in snapshot.nodes
+    )
+    return replace(snapshot, nodes=nodes)
+
+
+def _evictions(
+    catalog: Catalog,
+    moving: Mapping[str, Sequence[Stop]],
+    counted: Mapping[str, Sequence[Replica]],
+    starts: Sequence[Start],
+    evict: frozenset[str],
+    force: bool,
+) -> tuple[list[Stop], list[Leave]]:
+    """The drains of replicas on nodes being emptied, each paired with the new replica
+    that must serve first; and, unless `force`, those left running because the model
+    would otherwise fall short of replicas.min (no replacement could be placed)."""
+    drains: list[Stop] = []
+    kept: list[Leave] = []
+    for name, stops in moving.items():
+        placed = [start.replica for start in starts if start.model == name]
+        # How many of these the model needs replaced to keep replicas.min, and how many of
+        # those it would lose: what this plan's placements (rebuilds too) leave it short.
+        short = max(0, catalog.models[name].replicas_min - len(counted[name]))
+        needed = min(len(stops), short)
+        lost = min(needed, short - len(placed))
+        for index, stop in enumerate(stops):
+            if index >= needed:
+                drains.append(stop)  # the model keeps replicas.min without it
+            elif index < needed - lost:
+                drains.append(replace(stop, replacement=placed[index]))
+            elif force:
+                why = "node drained (--force: no replacement could be placed)"
+                drains.append(replace(stop, reason=why))
+            else:
+                where = ", ".join(sorted({s.node for s in stop.shards} & evict, key=name_order))
+                why = (
+                    f"on {where}, being drained: no replacement could be placed, so it serves"
+                    " on (drain --force stops it)"
+                )
+                kept.append(Leave(stop.replica, name, why, undrained=True))
+    return drains, kept
 
 
 def _surplus(
