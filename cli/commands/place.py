@@ -84,10 +84,33 @@ def place(
         the_plan = plan_manual(loaded, fleet.snapshot, wanted, addresses, listen)
         console.print_lines(render_plan(the_plan))
         raise SystemExit(apply_plan(context, fleet, the_plan, inventory))
-    run = place_models(loaded, fleet.snapshot, wanted)
-    if as_json:
-        console.print_json(placement_json(run, fleet.unreached))
+    waits: list[str] = []
+    waiting: dict[str, dict[str, object]] = {}
+    if wanted is None:
+        # --all: exactly what `ctl reconcile` would start, from the same plan on the same
+        # inputs (backoff ledger included), so the two previews agree to the GPU.
+        from cli.commands.inputs import app_context
+        from cli.ops.reconcile import plan_pass
+        from cli.reconcile.planner import placement_run
+
+        the_plan = plan_pass(app_context(context), loaded, fleet, inventory)
+        run = placement_run(the_plan, loaded)
+        for wait in the_plan.waits:
+            waiting[wait.model] = {"failures": wait.failures, "until": wait.until.isoformat()}
+            seconds = max(0, int((wait.until - the_plan.now).total_seconds()))
+            waits.append(
+                f"{wait.model}: waits out its backoff after {wait.failures} failure(s),"
+                f" until {wait.until.strftime('%H:%M:%S %Z')} (in {seconds} s); nothing placed"
+            )
     else:
+        run = place_models(loaded, fleet.snapshot, wanted)
+    if as_json:
+        document = placement_json(run, fleet.unreached)
+        if wanted is None:
+            document["waiting"] = waiting
+        console.print_json(document)
+    else:
+        console.print_lines(waits)
         print_run(run)
-    complete = run.all_placed and not fleet.partial
+    complete = run.all_placed and not waits and not fleet.partial
     raise SystemExit(console.EXIT_OK if complete else console.EXIT_INCOMPLETE)

@@ -47,7 +47,9 @@ def plan_pass(
     """The plan that brings `fleet` to `catalog`; `evict`: nodes being drained."""
     addresses, listen = serving_addresses(fleet.inventory)
     ledger = load_ledger(ledger_file(options, inventory_path))
-    return plan(catalog, fleet.snapshot, ledger, addresses, random.Random(), evict, listen=listen)
+    # No rng: each failure's jitter comes from the failure itself, so the same inputs give
+    # the same plan in a dry run and in the pass (and in `ctl place --all --dry-run`).
+    return plan(catalog, fleet.snapshot, ledger, addresses, None, evict, listen=listen)
 
 
 def router_deployer(
@@ -75,7 +77,8 @@ def apply_plan(
     With the `catalog` and an inventory group `routers`, the routers follow every change,
     and are brought up to date even when the plan is empty."""
     ledger = ledger_file(options, inventory_path)
-    complete = not (the_plan.unplaced or fleet.partial)
+    # A model waiting out its backoff is short of replicas.min: not done (exit 1).
+    complete = not (the_plan.unplaced or the_plan.waits or fleet.partial)
     deployer = None if catalog is None else router_deployer(options, fleet, inventory_path, on_run)
     router = None
     if deployer is not None and catalog is not None:
@@ -89,7 +92,8 @@ def apply_plan(
     executor = AnsibleExecutor(
         inventory_path, options.known_hosts(inventory_path), options.logs, on_run=on_run
     )
-    outcome = apply(the_plan, executor, fleet.snapshot.now, random.Random(), report, router)
+    rng = random.Random(the_plan.now.isoformat())  # the same inputs, the same backoffs
+    outcome = apply(the_plan, executor, fleet.snapshot.now, rng, report, router)
     save_ledger(ledger, outcome.ledger)
     lines = [f"started {replica}" for replica in outcome.started]
     lines += [f"FAILED {r}: {why} — stopped whole" for r, why in outcome.failed.items()]

@@ -6,6 +6,7 @@ state directory (cli/reconcile/ledger.py); deleting it only resets the clocks.
 
 from __future__ import annotations
 
+import hashlib
 import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -35,15 +36,27 @@ def failure_key(replica: str, started: datetime | None) -> str:
     return f"{replica}@{started.isoformat() if started else '?'}"
 
 
-def after_failure(backoff: Backoff, replica: str, now: datetime, rng: random.Random) -> Backoff:
+def jitter(key: str, failures: int) -> float:
+    """A fraction in [0, 1) that depends only on the failure (its `failure_key`) and the
+    model's count: a dry run and the pass that follows draw the same wait, and replicas
+    that failed together still spread out."""
+    digest = hashlib.sha256(f"{key}#{failures}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def after_failure(
+    backoff: Backoff, replica: str, now: datetime, rng: random.Random | None = None
+) -> Backoff:
     """One more failure of the model, unless this one (a `failure_key`) was already counted.
 
     The jitter keeps models that failed together (a switch rebooting) from all coming back
-    in the same second.
+    in the same second. Without `rng` it is `jitter(replica, failures)`: the same inputs,
+    the same plan.
     """
     if replica in backoff.counted:
         return backoff
     failures = backoff.failures + 1
     low, high = delay_bounds(failures)
-    wait = low + (high - low) * rng.random()
+    draw = jitter(replica, failures) if rng is None else rng.random()
+    wait = low + (high - low) * draw
     return Backoff(failures, now + wait, (*backoff.counted, replica))

@@ -29,6 +29,7 @@ from cli.cluster import name_order
 from cli.cluster.snapshot import NodeView, Reachability, Snapshot, release, with_shards
 from cli.facts.model import ShardRecord
 from cli.placement.place import (
+    PlacementRun,
     PlacementState,
     ReplicaPlacement,
     ShardPlacement,
@@ -137,6 +138,8 @@ class Plan:
     leaves: tuple[Leave, ...] = ()
     unplaced: tuple[ReplicaPlacement, ...] = ()
     ledger: Mapping[str, Backoff] = field(default_factory=dict)
+    # Per model, the replicas counted toward replicas.min (healthy, starting, unreachable).
+    running: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -193,7 +196,7 @@ def plan(
     snapshot: Snapshot,
     ledger: Mapping[str, Backoff],
     addresses: Mapping[str, str],
-    rng: random.Random,
+    rng: random.Random | None,
     evict: frozenset[str] = frozenset(),
     listen: Mapping[str, str] | None = None,
     force: bool = False,
@@ -295,6 +298,7 @@ def plan(
         leaves=tuple(leaves),
         unplaced=tuple(unplaced),
         ledger=new_ledger,
+        running={name: tuple(r.replica for r in found) for name, found in counted.items() if found},
     )
 
 
@@ -483,3 +487,24 @@ def applied(plan_: Plan, snapshot: Snapshot) -> Snapshot:
         for node in after.nodes
     )
     return replace(after, nodes=nodes)
+
+
+def placement_run(plan_: Plan, catalog: Catalog) -> PlacementRun:
+    """`plan_`'s placements as `ctl place --all --dry-run` shows them: the same replicas on
+    the same GPUs as the pass would start, model by model in catalog order. A model
+    waiting out its backoff is asked for nothing."""
+    waiting = {wait.model for wait in plan_.waits}
+    placements = [
+        placement
+        for name in catalog.models
+        for placement in (
+            *(s.placement for s in plan_.starts if s.model == name),
+            *(p for p in plan_.unplaced if p.model == name),
+        )
+    ]
+    wanted = {
+        name: max(0, model.replicas_min - len(plan_.running.get(name, ())))
+        for name, model in catalog.models.items()
+        if name not in waiting
+    }
+    return PlacementRun(tuple(placements), dict(plan_.running), wanted)
