@@ -16,6 +16,7 @@ ReasonOption = Annotated[
 
 
 def cordon(
+    context: typer.Context,
     node: NodeArgument,
     reason: ReasonOption,
     inventory: InventoryOption = DEFAULT_INVENTORY,
@@ -27,15 +28,17 @@ def cordon(
     host_vars/NODE.yml when the inventory names it only through a range. Running shards are
     left alone. Exit code 2 on bad input, and nothing is changed.
     """
+    from cli.commands.locking import fleet_lock
     from cli.inventory.edit import cordon_node
     from cli.ui import console
 
-    with console.input_errors():
+    with console.input_errors(), fleet_lock(context, inventory):
         said = cordon_node(inventory, node, reason)
     console.out.print(said, markup=False, soft_wrap=True)
 
 
 def uncordon(
+    context: typer.Context,
     node: NodeArgument,
     inventory: InventoryOption = DEFAULT_INVENTORY,
 ) -> None:
@@ -45,9 +48,10 @@ def uncordon(
     gets `cordoned: false` of its own instead. Exit code 0 when it was not cordoned, 2 on
     bad input, and nothing is changed.
     """
+    from cli.commands.locking import fleet_lock
     from cli.inventory.edit import uncordon_node
     from cli.ui import console
 
-    with console.input_errors():
+    with console.input_errors(), fleet_lock(context, inventory):
         said = uncordon_node(inventory, node)
     console.out.print(said, markup=False, soft_wrap=True)

@@ -7,12 +7,15 @@ playbook logs) and host keys live.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
 from cli.cluster import DEFAULT_LOST_AFTER
 from cli.edges.files import state_dir as default_state_dir
+from cli.edges.lock import exclusive, fleet_lock_path
 
 KNOWN_HOSTS_NAME = ".known_hosts"
 
@@ -25,6 +28,7 @@ class AppContext:
     parallel: int = 32
     lost_after: timedelta = DEFAULT_LOST_AFTER
     state_dir: Path | None = None  # default: $XDG_STATE_HOME/modelfleet
+    lock_timeout: float = 60.0  # how long a command waits for another one's fleet lock
 
     @property
     def state(self) -> Path:
@@ -34,6 +38,16 @@ class AppContext:
     def logs(self) -> Path:
         """Where every playbook run leaves its log."""
         return self.state / "logs"
+
+    @contextlib.contextmanager
+    def fleet_lock(
+        self, inventory_path: Path, command: str, waiting: Callable[[str], None]
+    ) -> Iterator[None]:
+        """Hold the fleet's lock (cli/edges/lock.py) while the block edits the inventory
+        or changes the nodes; LockTimeoutError after `lock_timeout` seconds of waiting."""
+        path = fleet_lock_path(inventory_path, self.state)
+        with exclusive(path, timeout=self.lock_timeout, command=command, waiting=waiting):
+            yield
 
     def known_hosts(self, inventory_path: Path) -> Path:
         if self.known_hosts_file is not None:
