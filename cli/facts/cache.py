@@ -3,16 +3,25 @@
 Kept in the user's state directory ($XDG_STATE_HOME/modelfleet, else
 ~/.local/state/modelfleet), one directory per inventory. Deleting it loses nothing but
 the clocks: a node not reached now and never reached before is Unreachable, not Lost.
+
+ctl writes it (atomically, 0600) and reads it back with the JSON parser alone: not the
+YAML parser that reads an operator's snapshot for its line numbers, which took 64 s and
+2.5 GB for a 70 MB file. A file that is too big, not JSON, or not facts is ignored with a
+warning: what it held, the next gather learns again.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from cli.edges.files import state_dir, state_key
-from cli.errors import InputError
 from cli.facts.model import NodeFacts
-from cli.facts.store import parse_facts, save_facts
+from cli.facts.store import save_facts
+
+# Far above what one node's facts take (1,024 GPUs come to about 1 MiB).
+MAX_CACHE_FILE_BYTES = 16 * 1024 * 1024
 
 
 class FactsCache:
@@ -27,13 +36,34 @@ class FactsCache:
         if not self.directory.is_dir():
             return facts, warnings
         for path in sorted(self.directory.glob("*.json")):
+            why = None
             try:
-                facts[path.stem] = parse_facts(path.read_text(encoding="utf-8"), str(path))
-            except (InputError, OSError) as error:
-                warnings.append(f"ignoring unreadable cache file {path}: {error}")
+                why = _unreadable(path)
+                if why is None:
+                    facts[path.stem] = NodeFacts.model_validate_json(path.read_bytes())
+            except OSError as error:
+                why = error.strerror or str(error)
+            except ValidationError as error:
+                why = f"not facts: {_first_error(error)}"
+            if why is not None:
+                warnings.append(f"ignoring unreadable cache file {path}: {why}")
         return facts, warnings
 
     def save(self, facts: dict[str, NodeFacts]) -> None:
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         for name, node_facts in facts.items():
             save_facts(self.directory, name, node_facts)
+
+
+def _unreadable(path: Path) -> str | None:
+    size = path.stat().st_size
+    if size > MAX_CACHE_FILE_BYTES:
+        return f"{size} bytes, more than the {MAX_CACHE_FILE_BYTES} a node's facts can take"
+    return None
+
+
+def _first_error(error: ValidationError) -> str:
+    """pydantic's first error in one line: where, and what (its JSON errors included)."""
+    first = error.errors(include_url=False)[0]
+    where = ".".join(str(part) for part in first["loc"])
+    return f"{where}: {first['msg']}" if where else str(first["msg"])
