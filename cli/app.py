@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from cli import __version__
 from cli.commands import (
     ca,
     catalog,
@@ -20,15 +23,36 @@ from cli.commands import (
     routes,
 )
 from cli.commands.options import parse_duration
+from cli.errors import InputError
 from cli.ops.context import AppContext
 
+# Help as click writes it: docstring paragraphs reflowed to the terminal's width, flags
+# without a value shown without one (Typer's rich panels print `<bool>` after every flag
+# and keep a docstring's line breaks). --install-completion / --show-completion: Typer's.
 app = typer.Typer(
     name="ctl",
     help="Place, run and grow a self-hosted fleet of LLM model servers.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
+    rich_markup_mode=None,
+    # The terminal's width, up to 100 columns (click stops at 80).
+    context_settings={"max_content_width": 100},
     pretty_exceptions_enable=False,
 )
+
+
+def version() -> str:
+    """The installed distribution's version, as pip and the wheel know it."""
+    try:
+        return metadata.version("modelfleet")
+    except metadata.PackageNotFoundError:  # a clone run with python -m cli, never installed
+        return __version__
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"ctl (modelfleet) {version()}")
+        raise typer.Exit()
 
 
 @app.callback()
@@ -58,6 +82,16 @@ def settings(
             help="An unreachable node counts as Lost after this long (e.g. 90m, 2h).",
         ),
     ] = "1h",
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            expose_value=False,
+            callback=_print_version,
+            help="Print ctl's version and exit.",
+        ),
+    ] = False,
 ) -> None:
     """Settings for reaching the fleet; they apply to the command that follows."""
     context.obj = AppContext(
@@ -85,4 +119,11 @@ app.command("onboard-node")(onboard.onboard_node)
 
 def main() -> None:
     # One name in every usage line and hint, however it was started (ctl, python -m cli).
-    app(prog_name="ctl")
+    try:
+        app(prog_name="ctl")
+    except InputError as error:
+        # Bad input found deep in a pass (a tool ctl runs is not installed): one line a
+        # problem, exit 2, never a traceback.
+        for problem in error.problems:
+            sys.stderr.write(f"error: {problem}\n")
+        raise SystemExit(2) from None

@@ -14,12 +14,11 @@ app = typer.Typer(help="Inspect the catalog of models.", no_args_is_help=True)
 @app.command("check")
 def check(catalog: CatalogOption = DEFAULT_CATALOG, as_json: JsonOption = False) -> None:
     """Validate the catalog: schema, aliases, fallbacks and parallelism arithmetic."""
-    from cli.catalog.load import load_catalog
+    from cli.commands.inputs import read_catalog
     from cli.ui import console
     from cli.ui.tables import catalog_table
 
-    with console.input_errors():
-        loaded = load_catalog(catalog)
+    loaded = read_catalog(catalog)
     if as_json:
         console.print_json(
             {
@@ -39,7 +38,9 @@ def check(catalog: CatalogOption = DEFAULT_CATALOG, as_json: JsonOption = False)
         return
     console.print_table(catalog_table(loaded))
     profiles = sum(len(m.profiles) for m in loaded.models.values())
-    console.out.print(
-        f"{catalog}: OK — {len(loaded.models)} models, {profiles} profiles, "
-        f"{len(loaded.aliases)} aliases"
+    counts = (
+        console.plural(len(loaded.models), "model"),
+        console.plural(profiles, "profile"),
+        console.plural(len(loaded.aliases), "alias", "aliases"),
     )
+    console.out.print(f"{catalog}: OK — {', '.join(counts)}", markup=False)

@@ -34,7 +34,7 @@ def facts(
     from cli.ui import console
     from cli.ui.tables import facts_table
 
-    fleet = read_fleet(context, inventory, None)
+    fleet = read_fleet(context, inventory, None, say_unreached=as_json)
     if save is not None:
         for host in fleet.inventory.hosts:
             node_facts = fleet.facts[host.name].model_copy(update={"host_vars": host.vars})

@@ -28,7 +28,7 @@ def nodes(
     from cli.ui import console
     from cli.ui.tables import node_notes, nodes_table
 
-    fleet = read_fleet(context, inventory, facts)
+    fleet = read_fleet(context, inventory, facts, say_unreached=as_json)
     if as_json:
         console.print_json(nodes_json(fleet.snapshot))
     else:

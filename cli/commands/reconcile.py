@@ -71,12 +71,15 @@ def drain(
     """Cordon NODE, then move its replicas elsewhere, each serving before the old one drains.
 
     The pass also does whatever else reconcile would."""
+    from cli.commands.inputs import require_tools
     from cli.inventory.edit import cordon_node
     from cli.inventory.load import load_inventory
     from cli.ui import console
 
     with console.input_errors():
         host = load_inventory(inventory).find(node)
+    if not dry_run:
+        require_tools("ansible-playbook")  # before the cordon is written
     if not dry_run and host.vars.cordoned is None:
         with console.input_errors():
             console.out.print(cordon_node(inventory, node, reason), markup=False)
@@ -91,11 +94,13 @@ def reconcile_pass(
     dry_run: bool,
     evict: frozenset[str] = frozenset(),
 ) -> int:
-    from cli.commands.inputs import app_context, read_catalog, read_fleet
+    from cli.commands.inputs import app_context, read_catalog, read_fleet, require_tools
     from cli.ops.reconcile import plan_pass
     from cli.ui import console
     from cli.ui.plan import render_plan
 
+    if not dry_run:
+        require_tools("ansible-playbook")  # before anything is gathered, planned or said
     loaded = read_catalog(catalog_path)
     fleet = read_fleet(context, inventory_path, facts_dir)
     the_plan = plan_pass(app_context(context), loaded, fleet, inventory_path, evict)

@@ -46,7 +46,7 @@ def routes(
     Exit code 0 when every model that wants replicas has a ready one, 1 when one has
     none (or a router could not be updated), 2 on bad input.
     """
-    from cli.commands.inputs import read_catalog, read_fleet
+    from cli.commands.inputs import read_catalog, read_fleet, require_tools
     from cli.ops.fleet import serving_addresses
     from cli.routes.litellm import render
     from cli.routes.table import route_table, routes_json
@@ -57,6 +57,8 @@ def routes(
         console.fail("--json and --litellm are two forms of the same table: choose one")
     if apply and facts is not None:
         console.fail("--facts reads a snapshot: routers are pointed at live facts only")
+    if apply:
+        require_tools("ansible-playbook")
     loaded = read_catalog(catalog)
     fleet = read_fleet(context, inventory, facts)
     addresses, _ = serving_addresses(fleet.inventory)

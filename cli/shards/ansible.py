@@ -22,6 +22,8 @@ from typing import Any
 
 import yaml
 
+from cli.errors import InputError
+
 MAX_FORKS = 64
 
 
@@ -87,13 +89,23 @@ def ansible_command(name: str) -> str:
     """The path of Ansible's command `name` (ansible-playbook, ansible-inventory…).
 
     The one installed beside the running interpreter first: `.venv/bin/ctl` must run the
-    ansible-core it was installed with, whatever is (or is not) on PATH. Then PATH; then the
-    bare name, so that running it fails with the name in the error.
+    ansible-core it was installed with, whatever is (or is not) on PATH. Then PATH. Found
+    nowhere, an input error that names it and how to install it (exit 2 at the command),
+    raised before anything is run, never a FileNotFoundError from deep in a pass.
     """
     beside = Path(sys.executable).parent / name
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
-    return shutil.which(name) or name
+    found = shutil.which(name)
+    if found is None:
+        raise InputError.single(
+            name,
+            None,
+            (),
+            f"not found beside {sys.executable} nor on PATH; it comes with ansible-core, a"
+            f" dependency of ctl: {Path(sys.executable).parent / 'pip'} install ansible-core",
+        )
+    return found
 
 
 def playbooks_dir() -> Path:

@@ -63,5 +63,10 @@ def print_lines(lines: list[str]) -> None:
         out.print(rich_escape(line), overflow="ignore", crop=False)
 
 
+def plural(count: int, word: str, words: str | None = None) -> str:
+    """`1 model`, `2 models`, `0 aliases`: the count and the word that goes with it."""
+    return f"{count} {word if count == 1 else (words or word + 's')}"
+
+
 def rich_escape(text: str) -> str:
     return text.replace("[", "\\[")

@@ -7,7 +7,7 @@ from datetime import datetime
 from cli.cluster import name_order
 from cli.placement.explain import VERDICT_TEXT, refusal_lines, shard_text
 from cli.reconcile.planner import Plan, Stop
-from cli.ui.console import wrap
+from cli.ui.console import plural, wrap
 
 
 def _when(moment: datetime, now: datetime) -> str:
@@ -39,7 +39,7 @@ def render_plan(plan: Plan) -> list[str]:
     lines += [x for stop in plan.drains for x in _stop_lines("drain", stop, width)]
     for wait in plan.waits:
         lines.append(
-            f"{'wait':<7}{wait.model:<{width}}backoff after {wait.failures} failure(s),"
+            f"{'wait':<7}{wait.model:<{width}}backoff after {plural(wait.failures, 'failure')},"
             f" until {_when(wait.until, plan.now)}"
         )
     for leave in plan.leaves:

@@ -1,0 +1,115 @@
+"""The CLI a shell user expects: --version, shell completion, help that reflows to the
+terminal's width, flags shown without a value."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tests.ctl import ROOT, ctl
+
+COMMANDS = [
+    [],
+    ["place"],
+    ["nodes"],
+    ["facts"],
+    ["reconcile"],
+    ["routes"],
+    ["drain"],
+    ["cordon"],
+    ["uncordon"],
+    ["provision-node"],
+    ["onboard-node"],
+    ["catalog"],
+    ["catalog", "check"],
+    ["ca"],
+    ["ca", "init"],
+]
+
+
+def test_version_is_the_package_version() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    result = ctl("--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"ctl (modelfleet) {project['version']}\n"
+
+
+def test_show_completion_prints_a_bash_script() -> None:
+    result = ctl("--show-completion", env={"SHELL": "/bin/bash"})
+    assert result.returncode == 0, result.stderr
+    assert "_ctl_completion()" in result.stdout
+    assert "complete -o default -F _ctl_completion ctl" in result.stdout
+
+
+def test_install_completion_writes_the_script_where_bash_reads_it(tmp_path: Path) -> None:
+    result = ctl("--install-completion", env={"SHELL": "/bin/bash", "HOME": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    script = tmp_path / ".bash_completions" / "ctl.sh"
+    assert "_ctl_completion()" in script.read_text()
+    assert f"source '{script}'" in (tmp_path / ".bashrc").read_text()
+
+
+@pytest.mark.parametrize(
+    ("words", "expected"),
+    [("ctl no", ["nodes"]), ("ctl nodes --j", ["--json"]), ("ctl ca i", ["init"])],
+)
+def test_completion_completes_commands_and_options(words: str, expected: list[str]) -> None:
+    cword = str(len(words.split()) - 1)
+    result = ctl(env={"_CTL_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": cword})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == expected
+
+
+def paragraphs(help_text: str) -> list[list[str]]:
+    """The description's paragraphs (what comes before the first `Word:` heading), as lines."""
+    body = re.split(r"^\S[^\n]*:$", help_text.split("\n", 1)[1], maxsplit=1, flags=re.M)[0]
+    return [p.splitlines() for p in body.strip("\n").split("\n\n") if p.strip()]
+
+
+@pytest.mark.parametrize("columns", [80, 160])
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "ctl")
+def test_help_fits_and_reflows_to_the_terminal(command: list[str], columns: int) -> None:
+    result = ctl(*command, "--help", env={"COLUMNS": str(columns)})
+    assert result.returncode == 0, result.stderr
+    # Click fills to 2 columns short of the terminal, and stops at 100 however wide it is.
+    width = min(columns, 100) - 2
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= width
+    assert not [line for line in lines if line != line.rstrip()]
+    for paragraph in paragraphs(result.stdout):
+        # Greedy filling: a line ends early only when the next word would not have fit.
+        for line, following in itertools.pairwise(paragraph):
+            next_word = following.split()[0]
+            assert len(line) + 1 + len(next_word) > width, (line, following)
+
+
+def test_the_description_fills_the_terminal_up_to_100_columns() -> None:
+    narrow = ctl("nodes", "--help", env={"COLUMNS": "80"}).stdout
+    wide = ctl("nodes", "--help", env={"COLUMNS": "160"}).stdout
+    assert paragraphs(wide)[1] == [
+        "  Facts are gathered live over SSH unless --facts names a snapshot. Exit code 1 when a"
+        " node could",
+        "  not be reached (it is listed with why), 2 on bad input.",
+    ]
+    assert paragraphs(narrow)[1] == [
+        "  Facts are gathered live over SSH unless --facts names a snapshot. Exit code",
+        "  1 when a node could not be reached (it is listed with why), 2 on bad input.",
+    ]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "ctl")
+def test_flags_take_no_value_in_help(command: list[str]) -> None:
+    result = ctl(*command, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "<bool>" not in result.stdout
+    assert re.search(r"^  --help +Show this message and exit\.$", result.stdout, re.M)
+
+
+def test_a_flag_and_a_valued_option_read_as_such() -> None:
+    text = ctl("reconcile", "--help").stdout
+    assert re.search(r"^  --dry-run +Print the plan; change nothing\.$", text, re.M)
+    assert re.search(r"^  --interval <str> +Time between passes", text, re.M)
