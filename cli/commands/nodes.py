@@ -35,4 +35,6 @@ def nodes(
         console.print_table(nodes_table(fleet.snapshot))
         for note in node_notes(fleet.snapshot):
             console.out.print(console.rich_escape(note))
-    raise SystemExit(console.EXIT_INCOMPLETE if fleet.partial else console.EXIT_OK)
+    # Listed Unreachable or Lost, whether this gather or the snapshot's failed to reach it.
+    unreached = fleet.partial or any(n.unreachable_reason for n in fleet.snapshot.nodes)
+    raise SystemExit(console.EXIT_INCOMPLETE if unreached else console.EXIT_OK)
