@@ -11,7 +11,7 @@ from cli.edges.files import atomic_write
 from cli.errors import InputError, InputProblem
 from cli.facts.model import NodeFacts
 from cli.schemaerrors import problems_from_validation
-from cli.yamlsource import parse_yaml
+from cli.yamlsource import MAX_SOURCE_BYTES, decode_source, parse_yaml
 
 
 def parse_facts(text: str, file: str) -> NodeFacts:
@@ -33,9 +33,13 @@ def load_facts_dir(directory: Path) -> dict[str, NodeFacts]:
     problems: list[InputProblem] = []
     for path in sorted(directory.glob("*.json")):
         try:
-            facts[path.stem] = parse_facts(path.read_text(encoding="utf-8"), str(path))
+            with path.open("rb") as file:  # no more than the parser would take
+                text = decode_source(file.read(MAX_SOURCE_BYTES + 1), str(path))
+            facts[path.stem] = parse_facts(text, str(path))
         except InputError as error:
             problems += error.problems
+        except OSError as error:
+            problems.append(InputProblem(str(path), None, (), f"cannot read: {error.strerror}"))
     if problems:
         raise InputError(problems)
     return facts

@@ -57,7 +57,7 @@ from cli.inventory.schema import (
     validate_host_vars,
 )
 from cli.schemaerrors import problems_from_validation
-from cli.yamlsource import YamlDocument, parse_yaml, yaml_kind
+from cli.yamlsource import MAX_SOURCE_BYTES, YamlDocument, decode_source, parse_yaml, yaml_kind
 
 YAML_EXTENSIONS = (".yml", ".yaml", ".json")
 IGNORED_NAMES = frozenset({"group_vars", "host_vars", "vars_plugins"})
@@ -715,9 +715,10 @@ def _vars_dir_files(directory: Path) -> list[Path]:
 
 def _read(path: Path, problems: list[InputProblem]) -> SourceText:
     try:
-        return SourceText(str(path), path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError:
-        problems.append(InputProblem(str(path), None, (), "not UTF-8 text"))
+        with path.open("rb") as file:  # no more than the parser would take
+            return SourceText(str(path), decode_source(file.read(MAX_SOURCE_BYTES + 1), str(path)))
+    except InputError as error:
+        problems.extend(error.problems)
     except OSError as error:
         problems.append(InputProblem(str(path), None, (), f"cannot read: {error.strerror}"))
     return SourceText(str(path), "")

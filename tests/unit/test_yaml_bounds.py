@@ -1,0 +1,101 @@
+"""Hostile files cost a line and exit 2, in time and memory bounded by their size.
+
+Each construction is of a kind that broke a loader (issue 16): an alias bomb of a few
+hundred bytes, 990 levels of nesting, a binary file, a recursive alias, a file far bigger
+than any real one. Each is fed to the inventory and facts loaders as they read a file, and
+to the parser every loader uses; each must be refused with one problem naming the file.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from cli.errors import InputError
+from cli.facts.store import load_facts_dir
+from cli.inventory.load import load_inventory
+from cli.yamlsource import MAX_SOURCE_BYTES, decode_source, parse_yaml
+
+
+def alias_bomb(levels: int = 8) -> str:
+    """`a` lists ten x; each next level lists the one before ten times: 10**levels values."""
+    names = [chr(ord("a") + level) for level in range(levels + 1)]
+    lines = [f"{names[0]}: &{names[0]} [x, x, x, x, x, x, x, x, x, x]"]
+    for previous, name in itertools.pairwise(names):
+        lines.append(f"{name}: &{name} [{', '.join([f'*{previous}'] * 10)}]")
+    return "\n".join(lines) + "\n"
+
+
+HOSTILE: dict[str, tuple[bytes, str]] = {
+    "alias bomb": (
+        alias_bomb().encode(),
+        ":6: its aliases expand to more than 1,000,000 values: refused as an alias bomb",
+    ),
+    "deep nesting": (b"all: " + b"[" * 990 + b"]" * 990 + b"\n", ":1: nested more than 64 deep"),
+    "binary": (b"\x7fELF\x02\x01\x01\x00\x00\xff\xfe", ": not UTF-8 text (byte 9): a binary file?"),
+    "NUL byte": (b"all:\n  hosts:\n    a\x00b:\n", ":3: holds a NUL byte: a binary file?"),
+    "recursive alias": (
+        b"all: &a\n  children: *a\n",
+        ":1: an alias refers to a value that holds it",
+    ),
+}
+
+
+def test_the_alias_bomb_is_a_few_hundred_bytes() -> None:
+    assert len(alias_bomb()) < 500
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE))
+def test_parse_yaml_refuses_it_with_one_problem(kind: str) -> None:
+    content, message = HOSTILE[kind]
+
+    with pytest.raises(InputError) as raised:
+        parse_yaml(decode_source(content, "f.yml"), "f.yml")
+
+    assert [str(problem) for problem in raised.value.problems] == [f"f.yml{message}"]
+
+
+def inventory(path: Path) -> object:
+    return load_inventory(path)
+
+
+def facts(path: Path) -> object:
+    return load_facts_dir(path.parent)
+
+
+LOADERS: dict[str, tuple[str, Callable[[Path], object]]] = {
+    "inventory": ("hosts.yml", inventory),
+    "facts": ("hgx-1.json", facts),
+}
+
+
+@pytest.mark.parametrize("loader", sorted(LOADERS))
+@pytest.mark.parametrize("kind", sorted(HOSTILE))
+def test_every_file_loader_refuses_it_naming_the_file(
+    tmp_path: Path, kind: str, loader: str
+) -> None:
+    name, load = LOADERS[loader]
+    content, message = HOSTILE[kind]
+    path = tmp_path / name
+    path.write_bytes(content)
+
+    with pytest.raises(InputError) as raised:
+        load(path)
+
+    assert [str(problem) for problem in raised.value.problems] == [f"{path}{message}"]
+
+
+def test_a_file_over_the_limit_is_refused_without_being_read_whole(tmp_path: Path) -> None:
+    path = tmp_path / "hosts.yml"
+    with path.open("wb") as file:
+        file.write(b"# " + b"x" * (MAX_SOURCE_BYTES + 100) + b"\n")
+
+    with pytest.raises(InputError) as raised:
+        load_inventory(path)
+
+    assert [str(problem) for problem in raised.value.problems] == [
+        f"{path}: {MAX_SOURCE_BYTES + 1} bytes: more than 16 MiB"
+    ]
