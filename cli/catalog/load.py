@@ -15,6 +15,8 @@ from pydantic import ValidationError
 from cli.catalog.schema import MULTI_NODE_ENGINES, NAME_PATTERN, CatalogFile, Model, Profile
 from cli.errors import InputError, InputProblem, near_miss
 from cli.schemaerrors import problems_from_validation
+from cli.shards.flags import accepted_options, check_options, versions_with_data
+from cli.shards.specs import Rank, engine_spec, version_tuple
 from cli.yamlsource import YamlDocument, parse_yaml
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -149,6 +151,77 @@ def _check_model(document: YamlDocument, name: str, model: Model) -> list[InputP
                 document.problem(at, "no source: set 'source' on the model or on this profile")
             )
         problems += _check_profile(document, at, profile)
+        problems += _check_engine(document, at, name, profile, profile.source or model.source)
+    return problems
+
+
+def _check_engine(
+    document: YamlDocument,
+    at: tuple[str | int, ...],
+    model: str,
+    profile: Profile,
+    source: str | None,
+) -> list[InputProblem]:
+    """What the profile's engine (its spec, cli/shards/specs.py) cannot do, and every option
+    of its command line — ctl's and the profile's `args` — that the engine release's own
+    parser does not have (the data of scripts/engine_flags.py)."""
+    spec = engine_spec(profile.engine)
+    problems: list[InputProblem] = []
+    if spec.needs_gpus and not profile.uses_gpus:
+        problems.append(
+            document.problem(
+                (*at, "engine"),
+                f"{profile.engine} runs on GPUs: set gpus_per_node and gpu_class, "
+                "or use llama.cpp for a CPU profile",
+            )
+        )
+    if source is not None and not spec.reads(source):
+        where = (*at, "source") if profile.source is not None else ("models", model, "source")
+        scheme = source.split("://", 1)[0] + "://"
+        problems.append(
+            document.problem(
+                where,
+                f"{profile.engine} cannot read {scheme} sources: it reads "
+                + ", ".join(spec.sources),
+            )
+        )
+    version = profile.engine_version or spec.pinned_version
+    if version_tuple(version) < version_tuple(spec.min_version):
+        problems.append(
+            document.problem(
+                (*at, "engine_version"),
+                f"{spec.label} {version} is older than {spec.min_version}, {spec.min_version_why}",
+            )
+        )
+        return problems
+    options = accepted_options(spec.name, version)
+    if options is None:
+        known = ", ".join(versions_with_data(spec.name)) or "none"
+        problems.append(
+            document.problem(
+                (*at, "engine_version"),
+                f"no option data for {spec.label} {version} (scripts/engine_flags.py has "
+                f"made it for {known}): pin one of those, or add that release's data",
+            )
+        )
+        return problems
+    for problem in check_options(spec, version, profile.args, options):
+        problems.append(document.problem((*at, "args", problem.index), problem.message))
+    if source is not None:
+        ranks = (0, 1) if profile.nodes > 1 else (0,)
+        seen: set[str] = set()
+        for rank in ranks:
+            place = Rank(rank, profile.nodes, 8000, "192.0.2.1", host_ip="192.0.2.2")
+            argv = spec.build(profile, model, source, place)
+            for problem in check_options(spec, version, argv, options):
+                if problem.option not in seen:
+                    seen.add(problem.option)
+                    problems.append(
+                        document.problem(
+                            (*at, "engine"),
+                            f"the command line ctl writes has {problem.option}: {problem.message}",
+                        )
+                    )
     return problems
 
 

@@ -6,18 +6,24 @@ fallbacks, parallelism arithmetic) and resolves names, so errors can point at li
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from cli.inventory.schema import Label
+from cli.shards.specs import ENGINE_NAMES, ENGINE_SPECS
 
-Engine = Literal["vllm", "sglang", "llama.cpp"]
-ENGINES: tuple[Engine, ...] = ("vllm", "sglang", "llama.cpp")
+# The engines are the specs' (cli/shards/specs.py): one Literal of their names.
+if TYPE_CHECKING:
+    Engine = str
+else:
+    Engine = Literal[ENGINE_NAMES]
+ENGINES: tuple[str, ...] = ENGINE_NAMES
 
 # Engines that can split one replica over several nodes. llama.cpp's RPC backend can, but
 # it is experimental and not something we start for people.
-MULTI_NODE_ENGINES: frozenset[str] = frozenset({"vllm", "sglang"})
+MULTI_NODE_ENGINES: frozenset[str] = frozenset(n for n, s in ENGINE_SPECS.items() if s.multi_node)
+VERSION_PATTERN = r"^\d+(\.\d+){0,3}$"
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 SOURCE_PATTERN = r"^(hf://[^/\s]+/[^\s]+|file:///\S+|s3://\S+|https?://\S+)$"
@@ -50,6 +56,9 @@ class Profile(Strict):
     context_length: int | None = Field(default=None, ge=1)  # tokens; each engine's own flag
     threads: int | None = Field(default=None, ge=1)  # llama.cpp CPU threads
     drain_seconds: int = Field(default=30, ge=0)  # time in-flight requests get on a stop
+    embedding: bool = False  # an embedding server: the engine's embedding mode (its spec's)
+    # The engine release the options are checked against; None: the spec's pinned one.
+    engine_version: str | None = Field(default=None, pattern=VERSION_PATTERN)
     # Compared as text, the way inventory labels are read (`gpus: 8` is "8").
     node_selector: dict[Label, Label] = Field(default_factory=dict)
     args: tuple[str, ...] = ()

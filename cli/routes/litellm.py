@@ -14,7 +14,8 @@
   replicas that stop answering between two updates of the router.
 - health checks and retries: `RouterSettings`.
 
-Providers: vLLM is LiteLLM's `hosted_vllm` (its OpenAI-compatible server, no API key
+Providers (each engine spec's `litellm_provider`, cli/shards/specs.py): vLLM is LiteLLM's
+`hosted_vllm` (its OpenAI-compatible server, no API key
 needed); SGLang and llama-server are OpenAI-compatible servers, LiteLLM's `openai` provider,
 which wants some key, so every deployment says `api_key: none` (no engine is started with
 --api-key by ctl). The master key clients use is read from the router's environment.
@@ -28,6 +29,7 @@ from typing import Any, Final
 import yaml
 
 from cli.routes.table import ReplicaRoute, RouteTable
+from cli.shards.specs import ENGINE_SPECS
 
 # The LiteLLM the rendering is tested against (tests load it with this version) and that
 # the router playbook installs unless the inventory pins another.
@@ -35,7 +37,7 @@ LITELLM_VERSION: Final = "1.108.7"
 # Beside this module: every package LiteLLM's proxy needs, at the versions tested with it.
 LITELLM_CONSTRAINTS: Final = "litellm-constraints.txt"
 
-PROVIDERS: Final = {"vllm": "hosted_vllm", "sglang": "openai", "llama.cpp": "openai"}
+PROVIDERS: Final = {name: spec.litellm_provider for name, spec in ENGINE_SPECS.items()}
 MASTER_KEY_ENV: Final = "LITELLM_MASTER_KEY"
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from cli.catalog.load import Catalog, CatalogProfile
 from cli.cluster.snapshot import NodeView, Reachability, Snapshot
 from cli.reconcile.planner import Replica, Start, replicas_of
+from cli.shards.specs import engine_spec
 
 ROUTES_FORMAT = "modelfleet.routes/v1"
 
@@ -46,7 +47,7 @@ class ReplicaRoute:
     url: str | None  # http://ADDRESS:PORT/v1 of rank 0; None when it has no port
     state: State
     reason: str  # for people, after the replica's name: "starting", "failed: rank 1 on n-2"
-    embedding: bool = False  # serves embeddings rather than chat (from the profile's args)
+    embedding: bool = False  # serves embeddings rather than chat (the engine spec's verdict)
 
     @property
     def ready(self) -> bool:
@@ -132,26 +133,9 @@ def fallback_chain(catalog: Catalog, name: str) -> tuple[str, ...]:
     return tuple(order)
 
 
-_EMBEDDING_FLAGS: dict[str, set[tuple[str, str | None]]] = {
-    "vllm": {("--task", "embed"), ("--task", "embedding"), ("--runner", "pooling"),
-             ("--convert", "embed")},
-    "sglang": {("--is-embedding", None)},
-    "llama.cpp": {("--embedding", None), ("--embeddings", None)},
-}  # fmt: skip
-
-
 def serves_embeddings(profile: CatalogProfile) -> bool:
-    """Whether the profile's engine arguments make it an embedding server, not a chat one."""
-    flags = _EMBEDDING_FLAGS.get(profile.spec.engine, set())
-    args = list(profile.spec.args)
-    for index, arg in enumerate(args):
-        name, _, inline = arg.partition("=")
-        name = name.replace("_", "-") if name.startswith("--") else name
-        following = args[index + 1] if index + 1 < len(args) else None
-        value = inline or following
-        if (name, None) in flags or (name, value) in flags:
-            return True
-    return False
+    """Whether the profile runs its engine as an embedding server (the engine's spec says)."""
+    return engine_spec(profile.spec.engine).serves_embeddings(profile.spec)
 
 
 def route_table(

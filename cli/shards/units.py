@@ -8,17 +8,26 @@ argument; no shell ever sees them.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from cli.catalog.load import CatalogProfile
 from cli.shards.engines import Rank, command_line, environment
+from cli.shards.specs import engine_spec
 
 UNIT_DIR = "/etc/systemd/system"
 ENV_DIR = "/etc/modelfleet/shards"
 RECORD_DIR = "/var/lib/modelfleet/shards"
 # systemd waits this long past the engine's own drain before SIGKILL.
 STOP_MARGIN_SECONDS = 30
+
+
+def stop_seconds(profile: CatalogProfile) -> int:
+    """How long systemd waits after SIGTERM: the engine's drain, if it drains, and a margin.
+
+    llama-server does not drain (its spec): `drain_seconds` gives it nothing."""
+    drain = profile.spec.drain_seconds if engine_spec(profile.spec.engine).drains else 0
+    return drain + STOP_MARGIN_SECONDS
 
 
 def shard_name(replica: str, rank: int) -> str:
@@ -79,6 +88,10 @@ def shard_files(
     origin: str = "reconcile",
     command: tuple[str, ...] | None = None,
 ) -> ShardFiles:
+    if place.host_ip is None:
+        # The rank's own address for the engine (VLLM_HOST_IP): where it serves.
+        specific = place.listen not in ("0.0.0.0", "::")
+        place = replace(place, host_ip=place.listen if specific else address)
     name = shard_name(replica, place.rank)
     unit = unit_name(replica, place.rank)
     argv = command_line(profile, place, command)
@@ -101,7 +114,7 @@ def shard_files(
             "Restart=no",
             "KillSignal=SIGTERM",
             "KillMode=mixed",
-            f"TimeoutStopSec={spec.drain_seconds + STOP_MARGIN_SECONDS}",
+            f"TimeoutStopSec={stop_seconds(profile)}",
             "",
             "[Install]",
             "WantedBy=multi-user.target",

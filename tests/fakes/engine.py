@@ -162,10 +162,11 @@ SGLANG_FLAGS: Final = (
     Flag(("--host",), "host", "str", "127.0.0.1"),
     Flag(("--port",), "port", "int", 30000),
     Flag(("--served-model-name",), "served_model_name"),
-    # `--tp` is the spelling of SGLang's own docs (argparse prefix-matches --tp-size).
-    Flag(("--tensor-parallel-size", "--tp-size", "--tp"), "tp_size", "int", 1),
+    # `--tp`, the spelling of SGLang's docs, works only as argparse's abbreviation of
+    # --tp-size (check_against_parser expands it, as argparse does).
+    Flag(("--tensor-parallel-size", "--tp-size"), "tp_size", "int", 1),
     Flag(("--pipeline-parallel-size", "--pp-size"), "pp_size", "int", 1),
-    Flag(("--data-parallel-size", "--dp-size", "--dp"), "dp_size", "int", 1),
+    Flag(("--data-parallel-size", "--dp-size"), "dp_size", "int", 1),
     Flag(("--nnodes",), "nnodes", "int", 1),
     Flag(("--node-rank",), "node_rank", "int", 0),
     Flag(("--dist-init-addr", "--nccl-init-addr"), "dist_init_addr"),
@@ -181,10 +182,6 @@ SGLANG_FLAGS: Final = (
     Flag(("--disable-cuda-graph",), "disable_cuda_graph", "flag", False),
     Flag(("--is-embedding",), "is_embedding", "flag", False),
 )
-# argparse prefix matching makes these ambiguous in the real server (exit 2).
-SGLANG_AMBIGUOUS: Final = {
-    "--pp": ("--pp-size", "--pp-max-micro-batch-size", "--pp-async-batch-depth"),
-}
 
 LLAMA_FLAGS: Final = (
     Flag(("-m", "--model"), "model", env="LLAMA_ARG_MODEL"),
@@ -214,8 +211,6 @@ LLAMA_FLAGS: Final = (
     Flag(("--no-jinja",), "no_jinja", "flag", False),
     Flag(("--metrics",), "metrics", "flag", False),
     Flag(("--no-webui",), "no_webui", "flag", False),
-    Flag(("--no-mmap",), "no_mmap", "flag", False),
-    Flag(("--mlock",), "mlock", "flag", False),
     Flag(("-cb", "--cont-batching"), "cont_batching", "flag", False),
     Flag(("-nocb", "--no-cont-batching"), "no_cont_batching", "flag", False),
     Flag(("--chat-template",), "chat_template"),
@@ -231,6 +226,102 @@ LLAMA_FLAGS: Final = (
     Flag(("-v", "--verbose", "--log-verbose"), "verbose", "flag", False),
 )
 FLASH_ATTN_VALUES: Final = ("on", "off", "auto")
+
+
+# The options each engine release's parser accepts, made by scripts/engine_flags.py from the
+# released package (cli/shards/engine_flags/ENGINE-VERSION.json). On a test-fleet node they
+# are installed in /etc/modelfleet-fake/engine_flags; in a checkout they are found from here.
+FLAGS_ENV: Final = "MODELFLEET_STANDIN_FLAGS"
+FLAGS_DIRS: Final = (
+    "/etc/modelfleet-fake/engine_flags",
+    str(Path(__file__).resolve().parents[2] / "cli" / "shards" / "engine_flags"),
+)
+DATA_ENGINE: Final[dict[str, str]] = {
+    "vllm": "vllm",
+    "sglang": "sglang",
+    "llama-server": "llama.cpp",
+}
+
+
+def _version_key(path: Path) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", path.stem.rpartition("-")[2]))
+
+
+def accepted_options(personality: Personality) -> frozenset[str]:
+    """The real parser's options, from the newest data file for this engine."""
+    chosen = os.environ.get(FLAGS_ENV)
+    folders = [chosen] if chosen else list(FLAGS_DIRS)
+    engine = DATA_ENGINE[personality]
+    for folder in folders:
+        files = sorted(Path(folder).glob(f"{engine}-*.json"), key=_version_key)
+        if files:
+            with files[-1].open(encoding="utf-8") as handle:
+                data = cast(dict[str, object], json.load(handle))
+            return frozenset(str(o) for o in cast(list[object], data["options"]))
+    raise UsageError(
+        f"standin: error: no option data for {engine} in {', '.join(folders)}: install"
+        " cli/shards/engine_flags/*.json there (docs/standin-engine.md)"
+    )
+
+
+def _data_name(personality: Personality, token: str) -> str:
+    """The option a token names, as the real parser looks it up."""
+    name = token.partition("=")[0]
+    if personality == "vllm" and name.startswith("--"):
+        name = name.split(".", 1)[0].rstrip("+")  # --json-arg.key value
+    if personality == "vllm" and name.startswith("-O"):
+        name = "--optimization-level"
+    return name
+
+
+def check_against_parser(
+    personality: Personality, argv: Sequence[str], accepted: frozenset[str]
+) -> list[str]:
+    """argv with abbreviations expanded as argparse does; a UsageError for an option the
+    real parser refuses, with its message.
+
+    vLLM's and SGLang's parsers are argparse with allow_abbrev (its default): a unique
+    prefix of an option stands for it, two or more make it ambiguous (argparse.py
+    `_parse_optional`). llama.cpp's common_params_parse takes names only whole
+    (common/arg.cpp: `throw std::invalid_argument("error: invalid argument: " + arg)`)."""
+    out: list[str] = []
+    unknown: list[str] = []
+    for index, token in enumerate(argv):
+        if token == "--":
+            out.extend(argv[index:])
+            break
+        if not _is_option(token):
+            out.append(token)
+            continue
+        name, equals, value = token.partition("=")
+        if _data_name(personality, token) in accepted:
+            out.append(token)
+            continue
+        if personality == "llama-server":
+            raise UsageError(f"error: invalid argument: {token}")
+        matches = sorted(o for o in accepted if name.startswith("--") and o.startswith(name))
+        if len(matches) == 1:
+            out.append(matches[0] + equals + value)
+        elif len(matches) > 1:
+            prog = "vllm serve" if personality == "vllm" else "launch_server.py"
+            raise UsageError(
+                f"{prog}: error: ambiguous option: {name} could match {', '.join(matches)}"
+            )
+        else:
+            unknown.append(token)
+            out.append(token)
+    if unknown:
+        prog = "vllm serve" if personality == "vllm" else "launch_server.py"
+        message = f"{prog}: error: unrecognized arguments: {' '.join(unknown)}"
+        if personality == "vllm" and any(u.partition("=")[0] == "--task" for u in unknown):
+            # vllm/utils/argparse_utils.py FlexibleArgumentParser.error
+            message += (
+                "\n\nHint: --task is not a vllm serve option. For embedding, reranking, or"
+                " reward models, use --runner pooling. To adapt a generative model for"
+                " pooling, also use --convert embed, --convert classify, or --convert reward."
+            )
+        raise UsageError(message)
+    return out
 
 
 def _is_option(token: str) -> bool:
@@ -406,6 +497,7 @@ def parse_vllm(argv: Sequence[str]) -> Options:
             " only knows 'serve')"
         )
     tokens = [_dashes(token) for token in argv[1:]]
+    tokens = check_against_parser("vllm", tokens, accepted_options("vllm"))
     known, unknown = split_unknown(tokens, VLLM_FLAGS)
     values = _namespace(build_parser("vllm serve", VLLM_FLAGS, True).parse_args(known))
     model = (
@@ -451,13 +543,7 @@ def parse_vllm(argv: Sequence[str]) -> Options:
 
 
 def parse_sglang(argv: Sequence[str]) -> Options:
-    for token in argv:
-        name = token.partition("=")[0]
-        if name in SGLANG_AMBIGUOUS:
-            matches = ", ".join(SGLANG_AMBIGUOUS[name])
-            raise UsageError(
-                f"launch_server.py: error: ambiguous option: {name} could match {matches}"
-            )
+    argv = check_against_parser("sglang", argv, accepted_options("sglang"))
     known, unknown = split_unknown(argv, SGLANG_FLAGS)
     values = _namespace(build_parser("launch_server.py", SGLANG_FLAGS, False).parse_args(known))
     model = _optional_str(values, "model_path")
@@ -494,6 +580,7 @@ def parse_sglang(argv: Sequence[str]) -> Options:
 
 
 def parse_llama(argv: Sequence[str]) -> Options:
+    argv = check_against_parser("llama-server", argv, accepted_options("llama-server"))
     known, unknown = split_unknown(argv, LLAMA_FLAGS)
     values = _namespace(build_parser("llama-server", LLAMA_FLAGS, False).parse_args(known))
     given = {token.partition("=")[0] for token in known}
@@ -906,8 +993,15 @@ class Engine:
             self.log("warning", message=warning)
         if self.opts.unknown:
             self.log("unknown-args", args=self.opts.unknown)
-        signal.signal(signal.SIGTERM, self._on_signal)
-        signal.signal(signal.SIGINT, self._on_signal)
+        if self.opts.personality == "llama-server":
+            # llama-server installs its handler only once the model is loaded
+            # (tools/server/server.cpp:494-500, after load_model at :478): a SIGTERM
+            # while loading kills it by the signal's default action.
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+        else:
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
         code = EXIT_FAILURE
         try:
             code = self._run_worker() if self.is_worker else self._run_rank0()
@@ -918,6 +1012,19 @@ class Engine:
         return code
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if (
+            self.opts.personality == "sglang"
+            and self.is_worker
+            and signum == signal.SIGTERM
+            and self.phase in ("loading", "ready")
+        ):
+            # SGLang's ranks past 0 cannot drain on their own: they wait for rank 0's
+            # ShutdownReq broadcast (sglang/srt/entrypoints/engine.py:1261-1273).
+            self.native(
+                f"SIGTERM received on node_rank {self.opts.node_rank}; waiting for the rank-0"
+                " ShutdownReq broadcast to stop the schedulers."
+            )
+            return
         self.signals += 1
         if self.signals > 1 and self.opts.personality == "llama-server":
             # llama-server: "Received second interrupt, terminating immediately."
@@ -987,6 +1094,9 @@ class Engine:
                 return self._stop_during_startup(interrupted)
         self.phase = "ready"
         self.ready_at = time.monotonic()
+        if p == "llama-server":  # tools/server/server.cpp:494-500
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
         self.log("ready", url=self._url(), workers=self._worker_list())
         self.native(
             {
@@ -1340,7 +1450,13 @@ class Engine:
 
     def begin_request(self) -> bool:
         with self.lock:
-            if self.draining:
+            # SGLang keeps taking new requests while it drains: nothing in its generate
+            # path looks at gracefully_exit, which only /health reads
+            # (sglang/srt/entrypoints/http_server.py:731-733), and its sigterm_watchdog
+            # waits for every request, new ones too
+            # (sglang/srt/managers/tokenizer_manager.py:3508-3539).
+            sglang_drain = self.opts.personality == "sglang" and self.phase == "draining"
+            if self.draining and not sglang_drain:
                 return False
             self.in_flight += 1
             return True
@@ -1358,7 +1474,15 @@ class Engine:
                 return Reply(200)
             return json_reply(404, {"detail": "Not Found"})
         if self.draining:
-            return self._refuse_draining(path)
+            health = method == "GET" and path in HEALTH_PATHS[p]
+            if p == "vllm" and health and self.phase == "draining":
+                # vLLM's /health asks the engine client, which raises only when the engine
+                # is dead (vllm/entrypoints/serve/instrumentator/health.py:23-33), and the
+                # HTTP server runs until the engine's drain ends
+                # (vllm/entrypoints/launchers/launcher.py:262-283): 200 while it drains.
+                return Reply(200)
+            if not (p == "sglang" and self.phase == "draining" and not health):
+                return self._refuse_draining(path)
         if method == "GET" and path in HEALTH_PATHS[p]:
             return self._health()
         if p == "llama-server" and self.phase != "ready":

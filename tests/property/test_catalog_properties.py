@@ -35,7 +35,19 @@ def to_yaml(data: dict[str, Any]) -> str:
 FILE = "catalogs/fleet.yaml"
 NAME = st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,10}\Z")
 ENGINES = ("vllm", "sglang", "llama.cpp")
-SOURCES = ("hf://org/name", "file:///models/m.gguf", "s3://bucket/key", "https://host/m")
+SOURCES = ("hf://org/name", "file:///models/m.gguf")  # a model's: every engine reads these
+# A profile's own source: one its engine reads (vLLM and SGLang no URL, llama.cpp no s3://).
+READABLE = {
+    "vllm": (*SOURCES, "s3://bucket/key"),
+    "sglang": (*SOURCES, "s3://bucket/key"),
+    "llama.cpp": (*SOURCES, "https://host/m"),
+}
+# Extra arguments each engine's parser has (cli/shards/engine_flags), and two non-options.
+ARGS = {
+    "vllm": ("--enforce-eager", "--seed=1", "a b", "$HOME"),
+    "sglang": ("--trust-remote-code", "--random-seed=1", "a b", "$HOME"),
+    "llama.cpp": ("--jinja", "--seed=1", "a b", "$HOME"),
+}
 
 
 def parallelisms(gpus_per_node: int, nodes: int) -> list[tuple[int, int]]:
@@ -51,11 +63,12 @@ def parallelisms(gpus_per_node: int, nodes: int) -> list[tuple[int, int]]:
 
 @st.composite
 def profile_dicts(draw: st.DrawFn, name: str, priority: int) -> dict[str, Any]:
-    engine = draw(st.sampled_from(ENGINES))
+    gpu = draw(st.integers(0, 3)) > 0  # a GPU profile, mostly; vLLM and SGLang need GPUs
+    engine = draw(st.sampled_from(ENGINES if gpu else ("llama.cpp",)))
     profile: dict[str, Any] = {"name": name, "priority": priority, "engine": engine}
     if draw(st.booleans()):
-        profile["source"] = draw(st.sampled_from(SOURCES))
-    if draw(st.integers(0, 3)):  # a GPU profile, mostly
+        profile["source"] = draw(st.sampled_from(READABLE[engine]))
+    if gpu:
         gpus = draw(st.sampled_from((1, 2, 4, 8)))
         nodes = 1 if engine == "llama.cpp" else draw(st.sampled_from((1, 1, 2, 3)))
         profile["gpu_class"] = draw(st.sampled_from(("H100", "A100", "L40S")))
@@ -74,7 +87,7 @@ def profile_dicts(draw: st.DrawFn, name: str, priority: int) -> dict[str, Any]:
         "context_length": st.integers(1, 131072),
         "drain_seconds": st.integers(0, 600),
         "node_selector": st.just({"role": "coding"}) | st.just({"zone": "a", "gpus": "8"}),
-        "args": st.lists(st.sampled_from(("--enforce-eager", "--seed=1", "a b", "$HOME"))),
+        "args": st.lists(st.sampled_from(ARGS[engine])),
         "env": st.dictionaries(st.from_regex(r"\A[A-Z_][A-Z0-9_]{0,8}\Z"), st.text(max_size=8)),
     }
     for key, values in optional.items():

@@ -95,7 +95,7 @@ def test_a_two_node_manual_replica_has_one_port_its_hcas_and_rank_0s_address_as_
     for rank, files in enumerate(start.files):
         assert exec_start(files.unit_text) == (
             'ExecStart="python3" "-m" "sglang.launch_server" "--model-path" "org/big" '
-            '"--host" "0.0.0.0" "--port" "8000" "--served-model-name" "big" "--tp" "16" '
+            '"--host" "0.0.0.0" "--port" "8000" "--served-model-name" "big" "--tp-size" "16" '
             f'"--nnodes" "2" "--node-rank" "{rank}" "--dist-init-addr" "10.0.0.1:18000"'
         )
         assert 'NCCL_IB_HCA="=mlx5_0,mlx5_1"' in files.env_text.splitlines()

@@ -6,8 +6,11 @@ import random
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 import yaml
 
+from cli.catalog.load import CatalogProfile
+from cli.catalog.schema import Profile
 from cli.facts.model import ShardRecord
 from cli.reconcile.planner import plan
 from cli.routes.deploy import litellm_constraints_file, router_variables
@@ -23,6 +26,7 @@ from cli.routes.table import (
     fallback_chain,
     route_table,
     routes_json,
+    serves_embeddings,
 )
 from tests.builders import NOW, NodeSpec, catalog, hgx, shard, snapshot
 from tests.unit.test_pure_core import FORBIDDEN, imported_roots
@@ -61,7 +65,7 @@ MODELS = catalog(
         replicas: {min: 1}
         profiles:
           - {name: x1, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 1,
-             args: ["--task", "embed"]}
+             embedding: true}
       spare:
         source: hf://org/spare
         replicas: {min: 0}
@@ -157,10 +161,14 @@ def test_fallbacks_are_the_catalogs_order_then_theirs_breadth_first() -> None:
     chained = catalog(
         """\
         models:
-          a: {source: hf://o/a, fallbacks: [b, c], profiles: [{name: p, priority: 1, engine: vllm}]}
-          b: {source: hf://o/b, fallbacks: [d, c], profiles: [{name: p, priority: 1, engine: vllm}]}
-          c: {source: hf://o/c, fallbacks: [d], profiles: [{name: p, priority: 1, engine: vllm}]}
-          d: {source: hf://o/d, profiles: [{name: p, priority: 1, engine: vllm}]}
+          a: {source: hf://o/a, fallbacks: [b, c], profiles: [{name: p, priority: 1, engine: sglang,
+             gpu_class: H100, gpus_per_node: 1}]}
+          b: {source: hf://o/b, fallbacks: [d, c], profiles: [{name: p, priority: 1, engine: sglang,
+             gpu_class: H100, gpus_per_node: 1}]}
+          c: {source: hf://o/c, fallbacks: [d], profiles: [{name: p, priority: 1, engine: sglang,
+             gpu_class: H100, gpus_per_node: 1}]}
+          d: {source: hf://o/d, profiles: [{name: p, priority: 1, engine: sglang,
+             gpu_class: H100, gpus_per_node: 1}]}
         """
     )
     assert fallback_chain(chained, "a") == ("b", "c", "d")
@@ -181,7 +189,7 @@ def test_withdrawn_replicas_leave_and_started_ones_join() -> None:
     assert {r.replica: r.state for r in small.replicas}["small-1"] is State.WITHDRAWN
 
 
-def test_embedding_servers_are_told_apart_by_their_arguments() -> None:
+def test_embedding_servers_are_told_apart_by_their_profiles_embedding_key() -> None:
     table = route_table(MODELS, snapshot(*fleet()), ADDRESSES)
     assert table.model("embed").endpoints[0].embedding
     assert not table.model("small").endpoints[0].embedding
@@ -189,6 +197,33 @@ def test_embedding_servers_are_told_apart_by_their_arguments() -> None:
     info = {d["model_info"]["id"]: d["model_info"] for d in config["model_list"]}
     assert info["embed-1"] == {"id": "embed-1", "mode": "embedding"}
     assert info["small-1"] == {"id": "small-1"}
+
+
+@pytest.mark.parametrize(
+    ("engine", "args", "embedding"),
+    [
+        ("vllm", ["--runner", "pooling"], True),
+        ("vllm", ["--runner=pooling"], True),
+        ("vllm", ["--runner", "generate"], False),
+        ("vllm", ["--max-model-len", "512"], False),
+        ("sglang", ["--is-embedding"], True),
+        ("sglang", ["--is-embedding-model"], False),
+        ("llama.cpp", ["--embeddings"], True),
+        ("llama.cpp", ["--embedding"], True),
+        ("llama.cpp", ["--pooling", "mean"], False),
+    ],
+)
+def test_args_that_already_hold_the_engines_embedding_mode_make_an_embedding_server(
+    engine: str, args: list[str], embedding: bool
+) -> None:
+    # The engine spec's own embedding arguments, written by hand instead of `embedding: true`.
+    profile = CatalogProfile(
+        "m",
+        Profile(name="p", priority=1, engine=engine, gpu_class="H100", gpus_per_node=1,
+                args=tuple(args)),
+        "hf://org/m",
+    )  # fmt: skip
+    assert serves_embeddings(profile) is embedding
 
 
 def test_an_ipv6_address_is_bracketed() -> None:

@@ -55,7 +55,8 @@ def test_an_sglang_rank_meets_the_others_at_dist_init_addr() -> None:
     assert argv[:3] == ["python3", "-m", "sglang.launch_server"]
     assert "--dist-init-addr" in argv
     assert argv[argv.index("--dist-init-addr") + 1] == "10.0.0.3:18000"
-    assert argv[argv.index("--tp") + 1] == "16"
+    assert argv[argv.index("--tp-size") + 1] == "16"
+    assert "--tp" not in argv  # SGLang has no --tp: only argparse prefix matching took it
     assert argv[argv.index("--node-rank") + 1] == "1"
 
 

@@ -28,6 +28,7 @@ from typing import IO, cast
 import pytest
 
 ENGINE = Path(__file__).resolve().parents[1] / "fakes" / "engine.py"
+FLAG_DATA = Path(__file__).resolve().parents[2] / "cli" / "shards" / "engine_flags"
 HOSTNAME = socket.gethostname()
 LOCALHOST = "127.0.0.1"
 # No proxy from the environment may come between the tests and 127.0.0.1.
@@ -153,6 +154,8 @@ class Engines:
         package.mkdir(parents=True)
         (package / "__init__.py").write_text("")
         shutil.copy(ENGINE, package / "launch_server.py")
+        # The real parsers' options, installed beside it as on a test-fleet node.
+        shutil.copytree(FLAG_DATA, self.root / "engine_flags")
 
     def command(self, engine: str) -> list[str]:
         if engine == "sglang":
@@ -170,6 +173,7 @@ class Engines:
             MODELFLEET_STANDIN_RENDEZVOUS_SECONDS="10",
             MODELFLEET_STANDIN_CONFIG=str(self.root / "no-config.json"),
             PYTHONPATH=str(self.root / "site"),
+            MODELFLEET_STANDIN_FLAGS=str(self.root / "engine_flags"),
         )
         env.update(extra or {})
         return env
@@ -468,7 +472,7 @@ def test_sigterm_lets_a_request_in_flight_finish_refuses_new_ones_and_exits_zero
     vllm.process.send_signal(signal.SIGTERM)
     vllm.wait_event("drain")
 
-    assert probe(f"{vllm.base}/health") == 503
+    assert probe(f"{vllm.base}/health") == 200  # vLLM's /health says 200 while it drains
     refused = http(f"{vllm.base}/v1/chat/completions", {"model": "tiny", "messages": []})
     assert refused.status == 503
     assert vllm.process.poll() is None  # still draining

@@ -1,0 +1,344 @@
+"""Each engine ctl runs, in one place: one `EngineSpec` per engine. Pure.
+
+A spec says how the engine's command line is built (single node and multi-node), its
+environment, where it says it is healthy and ready, how it stops (whether SIGTERM drains,
+and for how long), how it serves embeddings, which model sources it reads, the LiteLLM
+provider that talks to it, the release its options are checked against (the data made by
+scripts/engine_flags.py) and the oldest release that takes every command line ctl writes.
+
+Adding an engine is adding a spec here, its stand-in (tests/fakes/engine.py), its option
+data (scripts/engine_flags.py) and its docs; everything else reads the specs. This module
+imports nothing of ctl, so the catalog's schema and loader can use it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+# Where ranks of a multi-node replica meet: rank 0's address at this offset from the port.
+RENDEZVOUS_OFFSET = 10000
+
+
+@dataclass(frozen=True)
+class Rank:
+    """One shard's place in its replica."""
+
+    rank: int
+    nodes: int
+    port: int
+    master_address: str  # rank 0's address, as the other ranks reach it
+    gpus: tuple[int, ...] = ()
+    hcas: tuple[str, ...] = ()
+    listen: str = "0.0.0.0"  # the address the engine serves on
+    # This rank's own address for the engine's control traffic (vLLM's VLLM_HOST_IP):
+    # the address it serves on, or its fabric address when the replica spans nodes.
+    host_ip: str | None = None
+    # The network interface ranks of a multi-node replica talk over (NCCL_SOCKET_IFNAME,
+    # GLOO_SOCKET_IFNAME), from the inventory's `fabric_interface`.
+    socket_ifname: str | None = None
+
+    @property
+    def rendezvous_port(self) -> int:
+        return self.port + RENDEZVOUS_OFFSET
+
+
+class ProfileSpec(Protocol):
+    """What a command line reads of a catalog profile (cli/catalog/schema.py Profile)."""
+
+    @property
+    def engine(self) -> str: ...
+    @property
+    def uses_gpus(self) -> bool: ...
+    @property
+    def tp(self) -> int: ...
+    @property
+    def pipeline_parallel(self) -> int: ...
+    @property
+    def context_length(self) -> int | None: ...
+    @property
+    def threads(self) -> int | None: ...
+    @property
+    def drain_seconds(self) -> int: ...
+    @property
+    def embedding(self) -> bool: ...
+    @property
+    def args(self) -> tuple[str, ...]: ...
+
+
+def model_argument(source: str) -> str:
+    """What the engine loads: `hf://Org/Name` → `Org/Name`, `file:///p` → `/p`."""
+    if source.startswith("hf://"):
+        return source.removeprefix("hf://")
+    if source.startswith("file://"):
+        return source.removeprefix("file://")
+    return source
+
+
+Builder = Callable[[ProfileSpec, str, str, Rank], list[str]]
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    name: str  # the catalog's `engine`
+    label: str  # for people
+    command: tuple[str, ...]  # the program ctl starts
+    build: Builder  # the arguments after the program, before the profile's own `args`
+    # The release whose parser the command lines are checked against, and its package.
+    pinned_version: str
+    package: str
+    package_kind: str  # "wheel" or "sdist"
+    # The oldest release that takes every command line ctl writes, and why.
+    min_version: str
+    min_version_why: str
+    needs_gpus: bool
+    multi_node: bool
+    sources: tuple[str, ...]  # the model sources it reads, as URL prefixes
+    embedding_args: tuple[str, ...]  # what `embedding: true` adds
+    litellm_provider: str
+    health_path: str  # 200 once it serves
+    ready_path: str  # lists the served model
+    drains: bool  # SIGTERM lets requests in flight finish
+    stop: str  # how SIGTERM stops it, for the docs
+    start: str  # the command line, for the docs
+    multi_node_start: str  # what multi-node adds, for the docs
+    # How its parser reads option names: vLLM takes --foo_bar for --foo-bar.
+    underscores_are_dashes: bool = False
+    # Options it no longer has, with what to write instead (from the engine's own hints).
+    replacements: Mapping[str, str] = field(default_factory=dict)
+    environment: Callable[[ProfileSpec, Rank], dict[str, str]] | None = None
+    # Other spellings of `embedding_args` that mean the same to the engine's parser.
+    embedding_aliases: tuple[tuple[str, ...], ...] = ()
+
+    def serves_embeddings(self, profile: ProfileSpec) -> bool:
+        """`embedding: true`, or the profile's own args already hold the embedding args."""
+        if profile.embedding:
+            return True
+        args: list[str] = []
+        for token in profile.args:  # --runner=pooling reads as --runner pooling
+            name, equals, value = token.partition("=")
+            args += [option_name(self, name), value] if equals else [option_name(self, token)]
+        for wanted in (self.embedding_args, *self.embedding_aliases):
+            if any(tuple(args[i : i + len(wanted)]) == wanted for i in range(len(args))):
+                return True
+        return False
+
+    def reads(self, source: str) -> bool:
+        return source.startswith(self.sources)
+
+
+def option_name(spec: EngineSpec, token: str) -> str:
+    """How the engine's parser names an option token: `--max_model_len=5` → `--max-model-len`."""
+    name = token.partition("=")[0]
+    if spec.underscores_are_dashes and name.startswith("--"):
+        name = "--" + name[2:].replace("_", "-")
+    return name
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version))
+
+
+# --------------------------------------------------------------------------- vLLM
+
+
+def _vllm(profile: ProfileSpec, model: str, source: str, place: Rank) -> list[str]:
+    argv = [
+        model_argument(source),
+        "--host", place.listen,
+        "--port", str(place.port),
+        "--served-model-name", model,
+    ]  # fmt: skip
+    if profile.uses_gpus:
+        argv += [
+            "--tensor-parallel-size", str(profile.tp),
+            "--pipeline-parallel-size", str(profile.pipeline_parallel),
+        ]  # fmt: skip
+    if profile.context_length is not None:
+        argv += ["--max-model-len", str(profile.context_length)]
+    argv += ["--shutdown-timeout", str(profile.drain_seconds)]
+    if profile.embedding:
+        argv += list(VLLM.embedding_args)
+    if place.nodes > 1:
+        argv += [
+            "--nnodes", str(place.nodes),
+            "--node-rank", str(place.rank),
+            "--master-addr", place.master_address,
+            "--master-port", str(place.rendezvous_port),
+        ]  # fmt: skip
+        if place.rank > 0:
+            argv.append("--headless")  # workers serve no API; rank 0 does
+    return argv
+
+
+def _vllm_environment(profile: ProfileSpec, place: Rank) -> dict[str, str]:  # noqa: ARG001
+    # Rank 0 binds its message queue on VLLM_HOST_IP, else the default route's address,
+    # which on a node with two networks may be the wrong one (vllm/utils/network_utils.py
+    # get_ip). The serving address unless the placement gave a fabric address.
+    env: dict[str, str] = {}
+    host_ip = place.host_ip or (place.listen if place.listen not in ("0.0.0.0", "::") else None)
+    if host_ip is not None:
+        env["VLLM_HOST_IP"] = host_ip
+    return env
+
+
+VLLM = EngineSpec(
+    name="vllm",
+    label="vLLM",
+    command=("vllm", "serve"),
+    build=_vllm,
+    pinned_version="0.34.0",
+    package="vllm",
+    package_kind="wheel",
+    min_version="0.18.0",
+    min_version_why="the first with --shutdown-timeout (vllm#36666), which ctl always writes",
+    needs_gpus=True,
+    multi_node=True,
+    sources=("hf://", "file://", "s3://"),
+    embedding_args=("--runner", "pooling"),
+    litellm_provider="hosted_vllm",
+    health_path="/health",
+    ready_path="/v1/models",
+    drains=True,
+    stop="drains: `--shutdown-timeout drain_seconds`; `/health` says 200 meanwhile, new "
+    "requests are aborted",
+    start="`vllm serve MODEL --host H --port P --served-model-name NAME "
+    "--tensor-parallel-size TP --pipeline-parallel-size PP [--max-model-len N] "
+    "--shutdown-timeout S [--runner pooling]`",
+    multi_node_start="`--nnodes N --node-rank R --master-addr RANK0 --master-port P+10000`, "
+    "`--headless` on ranks > 0; `VLLM_HOST_IP`",
+    underscores_are_dashes=True,
+    replacements={
+        # vllm/utils/argparse_utils.py FlexibleArgumentParser.error's hint.
+        "--task": "use --runner pooling (set `embedding: true`), and --convert embed to "
+        "adapt a generative model",
+    },
+    environment=_vllm_environment,
+)
+
+# --------------------------------------------------------------------------- SGLang
+
+
+def _sglang(profile: ProfileSpec, model: str, source: str, place: Rank) -> list[str]:
+    argv = [
+        "--model-path", model_argument(source),
+        "--host", place.listen,
+        "--port", str(place.port),
+        "--served-model-name", model,
+        "--tp-size", str(max(profile.tp, 1)),
+    ]  # fmt: skip
+    if profile.pipeline_parallel > 1:
+        argv += ["--pp-size", str(profile.pipeline_parallel)]
+    if profile.context_length is not None:
+        argv += ["--context-length", str(profile.context_length)]
+    if profile.embedding:
+        argv += list(SGLANG.embedding_args)
+    if place.nodes > 1:
+        argv += [
+            "--nnodes", str(place.nodes),
+            "--node-rank", str(place.rank),
+            "--dist-init-addr", f"{place.master_address}:{place.rendezvous_port}",
+        ]  # fmt: skip
+    return argv
+
+
+SGLANG = EngineSpec(
+    name="sglang",
+    label="SGLang",
+    command=("python3", "-m", "sglang.launch_server"),
+    build=_sglang,
+    pinned_version="0.5.23",
+    package="sglang",
+    package_kind="wheel",
+    min_version="0.5.23",
+    min_version_why="the release ctl's command lines are checked against; older ones are not",
+    needs_gpus=True,
+    multi_node=True,
+    sources=("hf://", "file://", "s3://"),
+    embedding_args=("--is-embedding",),
+    litellm_provider="openai",
+    health_path="/health",
+    ready_path="/v1/models",
+    drains=True,
+    stop="drains without a bound, still taking new requests; `/health` says 503; ranks > 0 "
+    "ignore SIGTERM until rank 0 tells them to stop",
+    start="`python3 -m sglang.launch_server --model-path MODEL --host H --port P "
+    "--served-model-name NAME --tp-size TP [--pp-size PP] [--context-length N] "
+    "[--is-embedding]`",
+    multi_node_start="`--nnodes N --node-rank R --dist-init-addr RANK0:P+10000`",
+    replacements={"--tp": "use --tp-size (or --tensor-parallel-size)"},
+)
+
+# --------------------------------------------------------------------------- llama.cpp
+
+
+def _llama_cpp(profile: ProfileSpec, model: str, source: str, place: Rank) -> list[str]:
+    if source.startswith("hf://"):
+        argv = ["-hf", model_argument(source)]
+    elif source.startswith(("https://", "http://")):
+        argv = ["--model-url", source]
+    else:
+        argv = ["-m", model_argument(source)]
+    argv += ["--host", place.listen, "--port", str(place.port), "--alias", model]
+    if profile.threads is not None:
+        argv += ["--threads", str(profile.threads)]
+    if profile.context_length is not None:
+        argv += ["--ctx-size", str(profile.context_length)]
+    if profile.uses_gpus:
+        argv += ["--n-gpu-layers", "999"]  # all layers on the GPUs it was given
+    if profile.embedding:
+        argv += list(LLAMA_CPP.embedding_args)
+    return argv
+
+
+LLAMA_CPP = EngineSpec(
+    name="llama.cpp",
+    label="llama.cpp",
+    command=("llama-server",),
+    build=_llama_cpp,
+    pinned_version="0.3.36",
+    package="llama-cpp-python",
+    package_kind="sdist",
+    min_version="0.3.36",
+    min_version_why="the llama-cpp-python release whose vendored llama.cpp ctl's command "
+    "lines are checked against; older ones are not",
+    needs_gpus=False,
+    multi_node=False,
+    sources=("hf://", "file://", "https://", "http://"),
+    embedding_args=("--embeddings",),
+    embedding_aliases=(("--embedding",),),
+    litellm_provider="openai",
+    health_path="/health",
+    ready_path="/v1/models",
+    drains=False,
+    stop="does not drain: SIGTERM stops it at once, dropping requests in flight; a second "
+    "signal exits 1; `drain_seconds` does nothing",
+    start="`llama-server -m PATH` (or `-hf ORG/NAME`, `--model-url URL`) `--host H --port P "
+    "--alias NAME [--threads T] [--ctx-size N] [--embeddings]`",
+    multi_node_start="—",
+)
+
+ENGINE_SPECS: dict[str, EngineSpec] = {spec.name: spec for spec in (VLLM, SGLANG, LLAMA_CPP)}
+ENGINE_NAMES: tuple[str, ...] = tuple(ENGINE_SPECS)
+
+
+def engine_spec(name: str) -> EngineSpec:
+    return ENGINE_SPECS[name]
+
+
+def engine_table() -> str:
+    """docs/reconcile.md's engine table (cog): how each engine starts, stops and is checked."""
+    lines = [
+        "| engine | command line | multi-node | SIGTERM | health, ready | checked against |",
+        "|---|---|---|---|---|---|",
+    ]
+    for spec in ENGINE_SPECS.values():
+        multi = spec.multi_node_start if spec.multi_node else "—"
+        lines.append(
+            f"| {spec.label} | {spec.start} | {multi} | {spec.stop} | "
+            f"`{spec.health_path}`, `{spec.ready_path}` | {spec.package} "
+            f"{spec.pinned_version} (from {spec.min_version}: {spec.min_version_why}) |"
+        )
+    return "\n".join(lines) + "\n"

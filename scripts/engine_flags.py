@@ -1,0 +1,552 @@
+"""The options each engine's own argument parser accepts, read from its released source.
+
+For every engine spec (cli/shards/specs.py) at its pinned version this downloads the
+release with pip (`pip download --no-deps`: vLLM's and SGLang's wheels, llama.cpp from
+llama-cpp-python's source distribution, which vendors it), reads the parser-building code
+statically — nothing of the engine is imported or run — and writes the options as data:
+cli/shards/engine_flags/ENGINE-VERSION.json, with the version, the file read and its
+sha256, and the command that made it. `ctl catalog check`, every catalog load and the
+stand-in engines (tests/fakes/engine.py) read those files.
+
+    python scripts/engine_flags.py            # regenerate every file
+    python scripts/engine_flags.py --check    # regenerate in memory, compare; 1 on a difference
+
+How each parser is read:
+
+- vLLM (`vllm serve`): every `add_argument` call in `EngineArgs.add_cli_args`,
+  `AsyncEngineArgs.add_cli_args` (vllm/engine/arg_utils.py) and `make_arg_parser`
+  (vllm/entrypoints/common/cli_args.py), plus one `--field-name` per field of
+  `FrontendArgs` and its bases, which `add_cli_args` there turns into flags. A flag whose
+  kwargs come from `get_kwargs(Config)["field"]` for a `bool` field, or whose action is
+  `BooleanOptionalAction`, also gets `--no-NAME`, and `--enable-X` / `--disable-X` each
+  other (vLLM's `EnableDisableAction`, vllm/utils/argparse_utils.py).
+- SGLang (`python -m sglang.launch_server`): every field declared `A[T, "help"]` or
+  `A[T, Arg(...)]` in the namespace classes `ServerArgs` collects (_INPUT_NAMESPACES in
+  sglang/srt/server_args.py, declared in sglang/srt/arg_groups/fields/), as
+  `add_cli_args_from_dataclass` registers them (`cli_name`, `aliases`, `no_cli`,
+  `BooleanOptionalAction`), and the `add_argument` calls of `ServerArgs.add_cli_args`.
+- llama.cpp (`llama-server`): every `add_opt(common_arg({...}, ...))` of
+  vendor/llama.cpp/common/arg.cpp whose `set_examples` names LLAMA_EXAMPLE_SERVER or
+  LLAMA_EXAMPLE_COMMON (or that sets none: common) and whose `set_excludes` does not name
+  the server, as `common_params_parser_init`'s `add_opt` filters them; `set_preset_only`
+  options are not command-line options.
+
+Downloads are kept in --cache (default /var/cache/modelfleet-engines) and pip's own
+cache; a cached file is used only when its sha256 is the one the data file records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import io
+import json
+import re
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from cli.shards.flags import DATA_DIR, data_file_name  # noqa: E402
+from cli.shards.specs import ENGINE_SPECS, EngineSpec  # noqa: E402
+
+DEFAULT_CACHE = Path("/var/cache/modelfleet-engines")
+COMMAND = "python scripts/engine_flags.py"
+
+Reader = Callable[[Callable[[str], str]], tuple[set[str], list[str]]]
+
+
+# --------------------------------------------------------------------------- vLLM
+
+
+def _union_members(node: ast.expr | None) -> set[str]:
+    """The names of a type annotation's union members: `bool | None` → {bool, None}."""
+    if node is None:
+        return set()
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return _union_members(node.left) | _union_members(node.right)
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        try:
+            return _union_members(ast.parse(node.value, mode="eval").body)
+        except SyntaxError:
+            return {node.value}
+    if isinstance(node, ast.Constant) and node.value is None:
+        return {"None"}
+    if isinstance(node, ast.Subscript):
+        base = ast.unparse(node.value).split(".")[-1]
+        if base == "Optional":
+            return _union_members(node.slice) | {"None"}
+        if base == "Union":
+            elements = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            return set().union(*(_union_members(e) for e in elements))
+        if base == "Annotated":
+            first = node.slice.elts[0] if isinstance(node.slice, ast.Tuple) else node.slice
+            return _union_members(first)
+        return {base}
+    return {ast.unparse(node).split(".")[-1]}
+
+
+def _is_boolean_optional(annotation: ast.expr | None) -> bool:
+    """vLLM's get_kwargs: a bool field becomes BooleanOptionalAction, except bool | str | None
+    (an optional-valued flag)."""
+    members = _union_members(annotation)
+    return "bool" in members and members != {"bool", "str", "None"}
+
+
+@dataclass
+class _Class:
+    fields: dict[str, ast.expr]  # field → annotation, in order
+    bases: list[str]
+
+
+def _classes(sources: Iterable[str]) -> dict[str, _Class]:
+    found: dict[str, _Class] = {}
+    for text in sources:
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef):
+                fields = {
+                    item.target.id: item.annotation
+                    for item in node.body
+                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+                }
+                bases = [ast.unparse(b).split(".")[-1] for b in node.bases]
+                found.setdefault(node.name, _Class(fields, bases))
+    return found
+
+
+def _all_fields(classes: dict[str, _Class], name: str) -> dict[str, ast.expr]:
+    cls = classes.get(name)
+    if cls is None:
+        return {}
+    merged: dict[str, ast.expr] = {}
+    for base in cls.bases:
+        merged |= _all_fields(classes, base)
+    return merged | cls.fields
+
+
+def _negatives(option: str, enable_disable: bool) -> set[str]:
+    """argparse's BooleanOptionalAction (and vLLM's EnableDisableAction) adds these."""
+    if not option.startswith("--"):
+        return set()
+    found = {"--no-" + option[2:]}
+    if enable_disable:
+        for prefix, inverse in (("--enable-", "--disable-"), ("--disable-", "--enable-")):
+            if option.startswith(prefix):
+                found.add(inverse + option.removeprefix(prefix))
+    return found
+
+
+def _add_argument_calls(function: ast.AST) -> Iterable[ast.Call]:
+    for node in ast.walk(function):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "add_argument"
+        ):
+            yield node
+
+
+def _functions(tree: ast.AST, names: set[str], owner: str | None = None) -> list[ast.AST]:
+    found: list[ast.AST] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and owner is not None and node.name != owner:
+            continue
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in names:
+            found.append(node)
+    return found
+
+
+def _literal_flags(call: ast.Call) -> list[str]:
+    return [
+        arg.value
+        for arg in call.args
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value[:1] == "-"
+    ]
+
+
+def _kwargs_sources(function: ast.AST) -> dict[str, tuple[str, str | None]]:
+    """`model_kwargs = get_kwargs(ModelConfig)` → {model_kwargs: (ModelConfig, None)};
+    `x = get_kwargs(VllmConfig)["logging_config"]` → {x: (VllmConfig, logging_config)}."""
+    found: dict[str, tuple[str, str | None]] = {}
+    for node in ast.walk(function):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+            continue
+        target, value = node.targets[0], node.value
+        if not isinstance(target, ast.Name):
+            continue
+        field: str | None = None
+        if isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Constant):
+            field = str(value.slice.value)
+            value = value.value
+        if (
+            isinstance(value, ast.Call)
+            and ast.unparse(value.func).endswith("get_kwargs")
+            and value.args
+        ):
+            found[target.id] = (ast.unparse(value.args[0]).split(".")[-1], field)
+    return found
+
+
+def _is_boolean_call(
+    call: ast.Call,
+    sources: dict[str, tuple[str, str | None]],
+    classes: dict[str, _Class],
+) -> bool:
+    for keyword in call.keywords:
+        if keyword.arg == "action" and ast.unparse(keyword.value).endswith("BooleanOptionalAction"):
+            return True
+        if keyword.arg is None:  # **kwargs, or **{**kwargs, "default": None}
+            value = keyword.value
+            if isinstance(value, ast.Dict):
+                value = next(
+                    (v for k, v in zip(value.keys, value.values, strict=True) if k is None), value
+                )
+            field: str | None = None
+            if isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Constant):
+                field = str(value.slice.value)
+                value = value.value
+            if isinstance(value, ast.Name) and value.id in sources:
+                cls, chosen = sources[value.id]
+                field = chosen or field
+                if field is not None:
+                    annotation = _all_fields(classes, cls).get(field)
+                    return _is_boolean_optional(annotation)
+    return False
+
+
+VLLM_FILES = (
+    "vllm/engine/arg_utils.py",
+    "vllm/entrypoints/common/cli_args.py",
+)
+
+
+def read_vllm(read: Callable[[str], str]) -> tuple[set[str], list[str]]:
+    config_files = [name for name in _listing if name.startswith("vllm/config/")]
+    texts = {name: read(name) for name in (*VLLM_FILES, *config_files)}
+    classes = _classes(texts.values())
+    options: set[str] = set()
+    arg_utils = ast.parse(texts["vllm/engine/arg_utils.py"])
+    cli_args = ast.parse(texts["vllm/entrypoints/common/cli_args.py"])
+    functions = [
+        *_functions(arg_utils, {"add_cli_args"}, owner="EngineArgs"),
+        *_functions(arg_utils, {"add_cli_args"}, owner="AsyncEngineArgs"),
+        *_functions(cli_args, {"make_arg_parser"}),
+    ]
+    for function in functions:
+        sources = _kwargs_sources(function)
+        for call in _add_argument_calls(function):
+            flags = _literal_flags(call)
+            options.update(flags)
+            if _is_boolean_call(call, sources, classes):
+                for flag in flags:
+                    options.update(_negatives(flag, enable_disable=True))
+    # FrontendArgs.add_cli_args: `--{field}` for every field of the class and its bases.
+    for name, annotation in _all_fields(classes, "FrontendArgs").items():
+        flag = "--" + name.replace("_", "-")
+        options.add(flag)
+        if _is_boolean_optional(annotation):
+            options.update(_negatives(flag, enable_disable=True))
+    options.update({"-h", "--help"})
+    return options, [*VLLM_FILES, "vllm/config/*.py"]
+
+
+# --------------------------------------------------------------------------- SGLang
+
+SGLANG_SERVER_ARGS = "sglang/srt/server_args.py"
+SGLANG_FIELDS = "sglang/srt/arg_groups/fields/"
+
+
+def _input_namespaces(tree: ast.AST) -> list[str]:
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "_INPUT_NAMESPACES" for t in node.targets)
+            and isinstance(node.value, ast.List)
+        ):
+            return [ast.unparse(element) for element in node.value.elts]
+    raise SystemExit(f"{SGLANG_SERVER_ARGS}: no _INPUT_NAMESPACES list")
+
+
+def _sglang_field_flags(name: str, annotation: ast.expr) -> set[str]:
+    """What add_cli_args_from_dataclass registers for `name: A[T, meta...]`."""
+    if not (isinstance(annotation, ast.Subscript) and ast.unparse(annotation.value) == "A"):
+        return set()
+    parts = annotation.slice.elts if isinstance(annotation.slice, ast.Tuple) else []
+    meta: ast.expr | None = None
+    for part in parts[1:]:
+        if isinstance(part, ast.Constant) and isinstance(part.value, str):
+            meta = part
+            break
+        if isinstance(part, ast.Call) and ast.unparse(part.func) == "Arg":
+            meta = part
+            break
+    if meta is None:
+        return set()  # no Arg: skipped, registered by hand if at all
+    cli_name = "--" + name.replace("_", "-")
+    aliases: list[str] = []
+    boolean = False
+    if isinstance(meta, ast.Call):
+        keywords = {k.arg: k.value for k in meta.keywords if k.arg is not None}
+        if ast.literal_eval(keywords["no_cli"]) if "no_cli" in keywords else False:
+            return set()
+        if "cli_name" in keywords:
+            cli_name = str(ast.literal_eval(keywords["cli_name"]))
+        if "aliases" in keywords:
+            aliases = [str(a) for a in ast.literal_eval(keywords["aliases"])]
+        action = keywords.get("action")
+        boolean = action is not None and ast.unparse(action).endswith("BooleanOptionalAction")
+    names = {cli_name, *aliases}
+    if boolean:
+        names |= {n for name_ in list(names) for n in _negatives(name_, enable_disable=False)}
+    return names
+
+
+def read_sglang(read: Callable[[str], str]) -> tuple[set[str], list[str]]:
+    server_args = ast.parse(read(SGLANG_SERVER_ARGS))
+    wanted = set(_input_namespaces(server_args))
+    field_files = sorted(n for n in _listing if n.startswith(SGLANG_FIELDS) and n.endswith(".py"))
+    classes: dict[str, ast.ClassDef] = {}
+    for file in field_files:
+        for node in ast.walk(ast.parse(read(file))):
+            if isinstance(node, ast.ClassDef) and node.name in wanted:
+                classes[node.name] = node
+    missing = wanted - set(classes)
+    if missing:
+        raise SystemExit(f"SGLang: namespace classes not found: {sorted(missing)}")
+    options: set[str] = set()
+    for cls in classes.values():
+        for item in cls.body:
+            if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                options |= _sglang_field_flags(item.target.id, item.annotation)
+    for function in _functions(server_args, {"add_cli_args"}, owner="ServerArgs"):
+        for call in _add_argument_calls(function):
+            flags = _literal_flags(call)
+            options.update(flags)
+            for keyword in call.keywords:
+                if keyword.arg == "action" and ast.unparse(keyword.value).endswith(
+                    "BooleanOptionalAction"
+                ):
+                    options.update(n for f in flags for n in _negatives(f, enable_disable=False))
+    options.update({"-h", "--help"})
+    return options, [SGLANG_SERVER_ARGS, SGLANG_FIELDS + "*.py"]
+
+
+# --------------------------------------------------------------------------- llama.cpp
+
+LLAMA_ARG_CPP = "vendor/llama.cpp/common/arg.cpp"
+
+
+def _strip_cpp(text: str) -> str:
+    """C++ with comments blanked, string literals kept."""
+    out: list[str] = []
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if text.startswith("//", index):
+            end = text.find("\n", index)
+            index = len(text) if end < 0 else end
+            continue
+        if text.startswith("/*", index):
+            end = text.find("*/", index + 2)
+            index = len(text) if end < 0 else end + 2
+            continue
+        if char in "\"'":
+            end = index + 1
+            while end < len(text) and text[end] != char:
+                end += 2 if text[end] == "\\" else 1
+            out.append(text[index : end + 1])
+            index = end + 1
+            continue
+        out.append(char)
+        index += 1
+    return "".join(out)
+
+
+def _balanced(text: str, start: int) -> int:
+    """The index just past the bracket closing the one at `start`, skipping strings."""
+    pairs = {"(": ")", "{": "}", "[": "]"}
+    stack = [pairs[text[start]]]
+    index = start + 1
+    while stack:
+        char = text[index]
+        if char in "\"'":
+            end = index + 1
+            while text[end] != char:
+                end += 2 if text[end] == "\\" else 1
+            index = end + 1
+            continue
+        if char in pairs:
+            stack.append(pairs[char])
+        elif char == stack[-1]:
+            stack.pop()
+        index += 1
+    return index
+
+
+STRING_LIST = re.compile(r'\{\s*("(?:[^"\\]|\\.)*"\s*(?:,\s*"(?:[^"\\]|\\.)*"\s*)*)\}')
+
+
+def read_llama(read: Callable[[str], str]) -> tuple[set[str], list[str]]:
+    text = _strip_cpp(read(LLAMA_ARG_CPP))
+    options: set[str] = set()
+    count = 0
+    for match in re.finditer(r"\badd_opt\s*\(\s*common_arg\s*\(", text):
+        open_paren = text.index("(", match.start())
+        end = _balanced(text, open_paren)
+        call = text[open_paren:end]
+        inner_start = call.index("common_arg") + len("common_arg")
+        inner_end = _balanced(call, call.index("(", inner_start))
+        constructor, chain = call[inner_start:inner_end], call[inner_end:]
+        lists = []
+        position = 1
+        while True:  # the leading {"-x", "--xx"} lists: args, then args_neg
+            rest = constructor[position:]
+            found = STRING_LIST.match(rest.lstrip())
+            if not found:
+                break
+            lists.append(re.findall(r'"((?:[^"\\]|\\.)*)"', found.group(1)))
+            position += len(rest) - len(rest.lstrip()) + found.end()
+            position += len(constructor[position:]) - len(constructor[position:].lstrip(" \n,"))
+        if not lists:
+            raise SystemExit(f"{LLAMA_ARG_CPP}: cannot read the options of: {call[:120]!r}")
+        count += 1
+        if "set_preset_only" in chain:
+            continue
+        examples = re.search(r"set_examples\s*\(\s*\{([^}]*)\}", chain)
+        excludes = re.search(r"set_excludes\s*\(\s*\{([^}]*)\}", chain)
+        named = set(re.findall(r"LLAMA_EXAMPLE_\w+", examples.group(1))) if examples else set()
+        excluded = set(re.findall(r"LLAMA_EXAMPLE_\w+", excludes.group(1))) if excludes else set()
+        applies = not named or bool(named & {"LLAMA_EXAMPLE_SERVER", "LLAMA_EXAMPLE_COMMON"})
+        if applies and "LLAMA_EXAMPLE_SERVER" not in excluded:
+            for names in lists[:2]:
+                options.update(n for n in names if n.startswith("-"))
+    if count < 100:
+        raise SystemExit(f"{LLAMA_ARG_CPP}: only {count} options found; the reader is stale")
+    return options, [LLAMA_ARG_CPP]
+
+
+READERS: dict[str, Reader] = {"vllm": read_vllm, "sglang": read_sglang, "llama.cpp": read_llama}
+
+# --------------------------------------------------------------------------- packages
+
+_listing: list[str] = []  # the names in the package being read (set by open_package)
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def download(spec: EngineSpec, cache: Path, known_sha: str | None) -> Path:
+    """The pinned release, from the cache when its hash is the one recorded, else pip."""
+    requirement = f"{spec.package}=={spec.pinned_version}"
+    stem = spec.package.replace("-", "_")
+    cache.mkdir(parents=True, exist_ok=True)
+    for candidate in sorted(cache.glob(f"{stem}-{spec.pinned_version}*")):
+        if known_sha is not None and sha256(candidate) == known_sha:
+            return candidate
+    command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "-d", str(cache)]
+    if spec.package_kind == "sdist":
+        command += ["--no-binary", ":all:"]
+    else:
+        command += ["--only-binary", ":all:"]
+    subprocess.run([*command, requirement], check=True)
+    suffix = ".tar.gz" if spec.package_kind == "sdist" else ".whl"
+    found = sorted(cache.glob(f"{stem}-{spec.pinned_version}*{suffix}"))
+    if not found:
+        raise SystemExit(f"pip download {requirement}: nothing in {cache}")
+    return found[-1]
+
+
+def open_package(path: Path) -> Callable[[str], str]:
+    """A reader of the package's files by path (an sdist's top folder left out)."""
+    global _listing  # noqa: PLW0603
+    if path.name.endswith(".whl"):
+        archive = zipfile.ZipFile(path)
+        _listing = archive.namelist()
+        return lambda name: archive.read(name).decode("utf-8")
+    data = path.read_bytes()
+    tar = tarfile.open(fileobj=io.BytesIO(data), mode="r:gz")  # noqa: SIM115 (read until the end)
+    members = {m.name.split("/", 1)[1]: m for m in tar.getmembers() if "/" in m.name}
+    _listing = list(members)
+
+    def read(name: str) -> str:
+        handle = tar.extractfile(members[name])
+        if handle is None:
+            raise SystemExit(f"{path.name}: {name} is not a file")
+        return handle.read().decode("utf-8")
+
+    return read
+
+
+def generate(spec: EngineSpec, cache: Path, known_sha: str | None) -> dict[str, object]:
+    package = download(spec, cache, known_sha)
+    options, files = READERS[spec.name](open_package(package))
+    return {
+        "engine": spec.name,
+        "version": spec.pinned_version,
+        "program": " ".join(spec.command),
+        "package": f"{spec.package}=={spec.pinned_version}",
+        "file": package.name,
+        "sha256": sha256(package),
+        "read": files,
+        "command": COMMAND,
+        "options": sorted(options),
+    }
+
+
+def render(data: dict[str, object]) -> str:
+    return json.dumps(data, indent=1) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("--check", action="store_true", help="compare, write nothing")
+    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    parser.add_argument("--engine", action="append", choices=sorted(ENGINE_SPECS))
+    args = parser.parse_args(argv)
+    failed = False
+    for name in args.engine or list(ENGINE_SPECS):
+        spec = ENGINE_SPECS[name]
+        target = DATA_DIR / data_file_name(name, spec.pinned_version)
+        old = json.loads(target.read_text()) if target.exists() else None
+        started = time.monotonic()
+        known = None if old is None else str(old.get("sha256"))
+        new = generate(spec, args.cache, known)
+        seconds = time.monotonic() - started
+        if not args.check:
+            target.write_text(render(new), encoding="utf-8")
+            print(f"{target.relative_to(ROOT)}: {len(new['options'])} options ({seconds:.1f} s)")  # type: ignore[arg-type]
+            continue
+        if old == new:
+            print(f"{target.relative_to(ROOT)}: up to date ({seconds:.1f} s)")
+            continue
+        failed = True
+        if old is None:
+            print(f"{target.relative_to(ROOT)}: missing; run {COMMAND}")
+            continue
+        before, after = set(old.get("options", [])), set(new["options"])  # type: ignore[call-overload]
+        print(f"{target.relative_to(ROOT)}: stale; run {COMMAND}")
+        for option in sorted(after - before):
+            print(f"  {name} {spec.pinned_version} accepts {option}, the file does not list it")
+        for option in sorted(before - after):
+            print(f"  {name} {spec.pinned_version} has no {option}, the file lists it")
+        for key in sorted(set(old) | set(new)):
+            if key != "options" and old.get(key) != new.get(key):
+                print(f"  {key}: {old.get(key)!r} in the file, {new.get(key)!r} from the release")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
