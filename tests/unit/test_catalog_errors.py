@@ -215,13 +215,6 @@ def test_two_cycles_through_one_model_are_both_reported() -> None:
     ]
 
 
-def test_a_cycle_is_reported_once_however_many_models_lead_into_it() -> None:
-    # c leads into the a ⇄ b loop; the loop is one problem, written at its first model.
-    assert errors_of(abc(a="[b]", b="[a]", c="[a, b]")) == [
-        "catalog.yaml:4: models.a.fallbacks[0]: fallbacks form a cycle: a → b → a"
-    ]
-
-
 def test_fallbacks_without_a_cycle_load_in_the_catalogs_order() -> None:
     catalog = load(abc(a="[c, bee]", b="[c]"))
     assert {name: model.fallbacks for name, model in catalog.models.items()} == {
