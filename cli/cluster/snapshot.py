@@ -153,6 +153,8 @@ def node_view(
     lost_after: timedelta = DEFAULT_LOST_AFTER,
 ) -> NodeView:
     state, reason = reachability(facts, now, lost_after)
+    # A failed shard is kept, ours to stop and rebuild, though it no longer holds its GPUs
+    # or memory; a stopped one (a record's own word) is not there at all.
     shards = tuple(s for s in (facts.shards if facts else ()) if s.state != "stopped")
     memory_total = None
     if facts is not None and facts.memory is not None:
@@ -171,7 +173,7 @@ def node_view(
         last_reached=facts.last_reached if facts else None,
         labels=dict(host_vars.labels),
         memory_total_gib=memory_total,
-        memory_reserved_gib=sum(s.memory_gib or 0.0 for s in shards),
+        memory_reserved_gib=_reserved(shards),
         gpus=gpus,
         nvlink_domains=domains,
         fabrics=_fabric_views(host_vars, facts),
@@ -187,7 +189,7 @@ def _gpu_views(
     overrides: Mapping[str, str],
     classify: ClassifyGpu,
 ) -> tuple[GpuView, ...]:
-    holders = {gpu: shard.replica for shard in shards for gpu in shard.gpus}
+    holders = _holders(shards)
     processes: dict[str, list[str]] = {}
     for process in facts.gpu_processes or ():
         processes.setdefault(process.gpu_uuid, []).append(
@@ -237,10 +239,20 @@ def _port_state(hca: str, ports: Sequence[HcaPort]) -> str:
     return "/".join(states) if states else "absent"
 
 
+def _holders(shards: Sequence[ShardRecord]) -> dict[int, str]:
+    """GPU index → the replica whose running or starting shard has it."""
+    return {gpu: shard.replica for shard in shards if shard.holds for gpu in shard.gpus}
+
+
+def _reserved(shards: Sequence[ShardRecord]) -> float:
+    return sum(s.memory_gib or 0.0 for s in shards if s.holds)
+
+
 def with_shards(node: NodeView, shards: Sequence[ShardRecord]) -> NodeView:
-    """`node` running exactly `shards`: the GPUs they hold held, the others free, their
-    memory reserved. A GPU's faults and foreign processes stay as they were."""
-    holders = {gpu: shard.replica for shard in shards for gpu in shard.gpus}
+    """`node` with exactly `shards`: the GPUs the running and starting ones hold held, the
+    others free, their memory reserved. A GPU's faults and foreign processes stay as
+    they were."""
+    holders = _holders(shards)
     gpus = None
     if node.gpus is not None:
         gpus = tuple(replace(gpu, held_by=holders.get(gpu.index)) for gpu in node.gpus)
@@ -248,7 +260,7 @@ def with_shards(node: NodeView, shards: Sequence[ShardRecord]) -> NodeView:
         node,
         shards=tuple(shards),
         gpus=gpus,
-        memory_reserved_gib=sum(s.memory_gib or 0.0 for s in shards),
+        memory_reserved_gib=_reserved(shards),
     )
 
 

@@ -46,6 +46,14 @@ def node_notes(node: NodeView) -> list[str]:
             notes.append(f"fabric {fabric.name}: {', '.join(fabric.down)}")
     if node.memory_total_gib is None and node.reachability.value == "Ready":
         notes.append("did not report its memory")
+    for shard in node.shards:
+        if shard.holds:
+            continue
+        note = f"shard {shard.replica}/{shard.rank} {shard.state}"
+        if shard.gpus:
+            gpus = ", ".join(str(index) for index in shard.gpus)
+            note += f": GPU {gpus} no longer held"
+        notes.append(note)
     if not node.in_inventory:
         notes.append("what-if node: in the facts snapshot, not in the inventory")
     notes += node.notes

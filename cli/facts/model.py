@@ -15,6 +15,8 @@ from cli.inventory.schema import HostVars
 
 FACTS_FORMAT: Final = "modelfleet.facts/v1"
 
+ShardState = Literal["running", "starting", "failed", "stopped"]
+
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -87,9 +89,21 @@ class ShardRecord(Strict):
     # Who asked for it: `reconcile` keeps replicas.min; a replica started by `ctl place`
     # is kept while the model stays within replicas.max.
     origin: Literal["reconcile", "manual"] = "reconcile"
-    # From the unit at probe time: active → running, activating → starting, anything
-    # else while the record exists → failed (the process is gone).
-    state: Literal["running", "starting", "failed", "stopped"] = "running"
+    # What systemd said of the unit at probe time (cli/facts/probe.py, UNIT_STATES):
+    # active → running, activating → starting, failed or inactive → failed (its record is
+    # there, so it should run). Kept as the record says when the node could not tell (no
+    # systemctl); `stopped` is only ever a record's own word.
+    state: ShardState = "running"
+
+    @property
+    def holds(self) -> bool:
+        """Its process may still run, holding its GPUs and memory: running or starting. A
+        failed unit's processes are gone (systemd stops the unit's whole cgroup)."""
+        return self.state in ("running", "starting")
+
+    @property
+    def serving(self) -> bool:
+        return self.state == "running"
 
 
 class NodeFacts(Strict):

@@ -10,8 +10,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Final
 
-from cli.facts.model import Gpu, GpuProcess, HcaPort, Memory, NodeFacts
+from cli.facts.model import Gpu, GpuProcess, HcaPort, Memory, NodeFacts, ShardRecord, ShardState
 from cli.facts.parse import (
     FactsParseError,
     apply_cgroup_limit,
@@ -94,7 +95,7 @@ def facts_from_probe(output: str, gathered_at: datetime) -> NodeFacts:
     if shards_section is None or shards_section.status != 0:
         raise ProbeOutputError("the probe did not finish reading the shard records")
     try:
-        shards = parse_shard_records(shards_section.text)
+        shards = read_shards(shards_section.text, notes)
     except FactsParseError as error:
         raise ProbeOutputError(str(error)) from None
     return NodeFacts(
@@ -110,6 +111,59 @@ def facts_from_probe(output: str, gathered_at: datetime) -> NodeFacts:
         listening_ports=listening,
         notes=tuple(notes),
     )
+
+
+# `systemctl is-active` words → what the shard is while its record exists. `ctl` removes
+# a shard's record when it stops it, so a unit that is not running while its record is
+# there was stopped by something else — the node restarting (our units are not enabled),
+# the engine exiting, an operator — and has failed. A failed unit's processes are gone,
+# and with them their hold on the GPUs. ("stopped" is a record's own word, from a node
+# without systemd: nothing runs, and the shard is not counted at all.)
+UNIT_STATES: Final[dict[str, ShardState]] = {
+    "active": "running",
+    "reloading": "running",
+    "refreshing": "running",
+    "activating": "starting",
+    "failed": "failed",
+    "deactivating": "failed",  # on its way out, and not by our hand: the pass stops it whole
+    "maintenance": "failed",
+    "inactive": "failed",  # e.g. after the node restarted
+}
+# No systemctl on the node ("unknown"), or no systemd running ("offline"): the record
+# alone has to do.
+UNIT_UNTOLD: Final = frozenset({"", "unknown", "offline"})
+_SHOWN = 40  # characters of a word systemd should not have said, in its note
+
+
+def read_shards(text: str, notes: list[str]) -> tuple[ShardRecord, ...]:
+    """The shards section: one line a shard, its JSON record, then a tab and its unit's
+    `systemctl is-active` word (none from a node without systemctl).
+
+    A record that cannot be read raises FactsParseError: read as "no shard", its GPUs
+    would look free. A word that is no unit state is a note in `notes`, and the record
+    keeps the state it says (running unless it says otherwise)."""
+    bodies: list[str] = []
+    words: list[str] = []
+    for raw in text.splitlines():
+        body, _, word = raw.strip().partition("\t")
+        bodies.append(body)
+        if body.strip():
+            words.append(word.strip())
+    records = parse_shard_records("\n".join(bodies))
+    told: list[ShardRecord] = []
+    for record, word in zip(records, words, strict=True):
+        state = UNIT_STATES.get(word)
+        if state is not None:
+            told.append(record.model_copy(update={"state": state}))
+            continue
+        if word not in UNIT_UNTOLD:
+            shown = word if len(word) <= _SHOWN else word[: _SHOWN - 3] + "..."
+            notes.append(
+                f"shard {record.replica}/{record.rank}: unit state {shown!r} is not one"
+                f" systemd has; taken as {record.state}, as its record says"
+            )
+        told.append(record)
+    return tuple(told)
 
 
 def _memory(sections: dict[str, Section], notes: list[str]) -> Memory | None:

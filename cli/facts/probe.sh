@@ -101,7 +101,9 @@ if [ -d "$SHARD_DIR" ]; then
   for name in $names; do
     record="$SHARD_DIR/$name.json"
     if [ -r "$record" ]; then
-      tr -d '\n' < "$record"
+      # Bounded: a record is a few hundred bytes; a runaway file cannot flood the output
+      # (cut short, it is refused as unreadable, never taken for "no shard").
+      head -c 65536 "$record" | tr -d '\n'
       [ -n "$states" ] && printf '\t%s' "${1:-unknown}"
       printf '\n'
     fi

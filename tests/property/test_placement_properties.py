@@ -94,8 +94,11 @@ class Truth:
 
     @property
     def running_shards(self) -> tuple[ShardRecord, ...]:
+        """The shards whose processes hold what they were given: a failed unit's are gone."""
         facts = self.node.facts
-        return tuple(s for s in (facts.shards if facts else ()) if s.state != "stopped")
+        return tuple(
+            s for s in (facts.shards if facts else ()) if s.state in ("running", "starting")
+        )
 
     @property
     def held(self) -> set[int]:

@@ -162,14 +162,67 @@ RECORD = (
         ("active", "running"),
         ("activating", "starting"),
         ("failed", "failed"),
-        ("inactive", "failed"),
+        ("inactive", "failed"),  # a restarted node: our units are not enabled
+        ("reloading", "running"),
+        ("deactivating", "failed"),
+        ("maintenance", "failed"),
         ("unknown", "running"),  # no systemctl: the record's own word stands
+        ("offline", "running"),  # no systemd running: likewise
     ],
 )
 def test_a_shards_state_comes_from_its_unit(unit_state: str, expected: str) -> None:
     output = probe_output(shards=section("shards", f"{RECORD}\t{unit_state}\n"))
-    (shard,) = facts_from_probe(output, NOW).shards
+    facts = facts_from_probe(output, NOW)
+    (shard,) = facts.shards
     assert (shard.replica, shard.state) == ("m-1", expected)
+    assert facts.notes == ()
+
+
+STOPPED_RECORD = RECORD.replace('"engine"', '"state": "stopped", "engine"')
+
+
+def test_without_a_unit_state_the_record_says_what_it_is() -> None:
+    output = probe_output(shards=section("shards", f"{RECORD}\n{STOPPED_RECORD}\n"))
+    facts = facts_from_probe(output, NOW)
+    assert [s.state for s in facts.shards] == ["running", "stopped"]
+    assert facts.notes == ()
+
+
+@pytest.mark.parametrize(
+    ("word", "shown"),
+    [
+        ("dead", "'dead'"),
+        ("ACTIVE", "'ACTIVE'"),  # systemd's words are lower case
+        ("x" * 200, "'" + "x" * 37 + "...'"),  # bounded in the note
+        ("active\tfailed", "'active\\tfailed'"),  # two words for one unit
+    ],
+)
+def test_a_word_that_is_no_unit_state_is_a_note_and_the_node_still_counts(
+    word: str, shown: str
+) -> None:
+    worker = RECORD.replace('"m-1"', '"m-2"').replace('"rank": 0', '"rank": 1')
+    text = f"{RECORD}\t{word}\n{worker}\tfailed\n"
+    facts = facts_from_probe(probe_output(shards=section("shards", text)), NOW)
+    assert facts.reached and facts.error is None
+    assert [(s.replica, s.state) for s in facts.shards] == [("m-1", "running"), ("m-2", "failed")]
+    assert facts.notes == (
+        f"shard m-1/0: unit state {shown} is not one systemd has; taken as running, as its"
+        " record says",
+    )
+
+
+def test_blank_lines_between_shards_keep_each_state_with_its_record() -> None:
+    worker = RECORD.replace('"m-1"', '"m-2"')
+    text = f"\n{RECORD}\tinactive\n\n   \n{worker}\tactivating\n"
+    facts = facts_from_probe(probe_output(shards=section("shards", text)), NOW)
+    assert [(s.replica, s.state) for s in facts.shards] == [("m-1", "failed"), ("m-2", "starting")]
+
+
+def test_an_unreadable_record_beside_a_good_state_still_fails_the_node() -> None:
+    output = probe_output(shards=section("shards", f"{RECORD}\tactive\n{{not json\tfailed\n"))
+    facts = facts_from_attempt(output, None, None, NOW)
+    assert facts.error is not None
+    assert facts.error.startswith("unusable probe output: shard records line 2: not JSON")
 
 
 TCP = (
