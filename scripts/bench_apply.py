@@ -38,6 +38,7 @@ from cli.shards.units import ShardFiles
 # (tests/testfleet), is not on the path of a script in scripts/.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests import testfleet
+from tests.fakes.standin_install import INSTALL_FLAG_DATA, flag_data_tar
 
 ROOT = Path(__file__).resolve().parents[1]
 CATALOG = ROOT / "examples" / "testfleet" / "bench-catalog.yaml"
@@ -154,6 +155,7 @@ def main() -> None:
     result = testfleet.up(max(NODES, configured), state=state, say=lambda _: None)
     fleet = result.fleet
     on_every_node(fleet, CLEAN + "; " + INSTALL, ENGINE.read_bytes())
+    on_every_node(fleet, INSTALL_FLAG_DATA, flag_data_tar())  # the options it checks
     figures = []
     with tempfile.TemporaryDirectory(prefix="bench-apply-") as scratch:
         root = Path(scratch)

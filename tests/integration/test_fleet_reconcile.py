@@ -25,6 +25,7 @@ from cli.inventory.load import load_inventory
 from cli.ops.context import AppContext
 from cli.ops.fleet import gather_fleet
 from tests.ctl import ctl
+from tests.fakes.standin_install import INSTALL_FLAG_DATA, flag_data_tar
 from tests.integration.conftest import LiveFleet
 
 pytestmark = pytest.mark.fleet
@@ -58,6 +59,11 @@ def install_standin(fleet: LiveFleet) -> None:
         subprocess.run(
             fleet.ssh_command(node.name, f"sh -c {shlex.quote(script)}"),
             input=ENGINE.read_bytes(), check=True, timeout=60,
+        )  # fmt: skip
+        # The real parsers' options, which the stand-in checks every command line against.
+        subprocess.run(
+            fleet.ssh_command(node.name, f"sh -c {shlex.quote(INSTALL_FLAG_DATA)}"),
+            input=flag_data_tar(), check=True, timeout=60,
         )  # fmt: skip
 
 
