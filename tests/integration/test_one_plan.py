@@ -160,3 +160,35 @@ def test_the_dry_runs_agree_with_each_other_run_after_run(snapshot: Path, tmp_pa
     first = dry_runs(snapshot, tmp_path / "state")
     again = dry_runs(snapshot, tmp_path / "state")
     assert first == again  # no fresh clock, no unseeded jitter
+
+
+def test_the_pass_is_not_done_while_a_model_waits_out_its_backoff(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 13, finding 5: the pass exited 0 while a model waited; its help says 1."""
+    inventory = tmp_path / "inventory"
+    inventory.mkdir()
+    (inventory / "hosts.yml").write_text("all:\n  hosts:\n    hgx-2:\n")
+    facts = tmp_path / "facts"
+    facts.mkdir()
+    hgx2 = json.loads((EXAMPLES / "facts" / "hgx-2.json").read_text())
+    hgx2["shards"][0]["state"] = "failed"
+    (facts / "hgx-2.json").write_text(json.dumps(hgx2))
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(
+        "models:\n  llama-3.1-8b:\n    source: hf://meta-llama/Llama-3.1-8B-Instruct\n"
+        "    replicas: {min: 1, max: 2}\n    profiles:\n"
+        "      - {name: h100x1, priority: 100, engine: vllm, gpu_class: H100, gpus_per_node: 1}\n"
+    )
+    fake = FakeFleet()
+    monkeypatch.setattr(ops, "AnsibleExecutor", lambda *args, **kwargs: fake)
+    options = AppContext(state_dir=tmp_path / "state")
+    loaded = load_catalog(catalog)
+    fleet = load_fleet(options, inventory, facts)
+    the_plan = ops.plan_pass(options, loaded, fleet, inventory)
+    assert [s.replica for s in the_plan.stops] == ["llama-3.1-8b-1"]
+    assert [w.model for w in the_plan.waits] == ["llama-3.1-8b"]
+    assert not (the_plan.starts or the_plan.unplaced or fleet.partial)
+    applied = ops.apply_plan(options, fleet, the_plan, inventory, loaded, lambda run: None, print)
+    assert fake.calls == [("stop", ("llama-3.1-8b-1",))]
+    assert applied.complete is False  # exit code 1
