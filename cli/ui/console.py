@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -17,10 +18,16 @@ EXIT_OK = 0
 EXIT_INCOMPLETE = 1
 EXIT_BAD_INPUT = 2
 
-# 100 columns when not a terminal, so piped output reads as the docs show it.
-out = Console(
-    highlight=False, emoji=False, soft_wrap=False, width=None if sys.stdout.isatty() else 100
-)
+
+def _piped_width() -> int | None:
+    """None (the terminal's) on a terminal or when COLUMNS says; piped, 100 columns, so
+    piped output reads as the docs show it."""
+    if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit():
+        return None
+    return 100
+
+
+out = Console(highlight=False, emoji=False, soft_wrap=False, width=_piped_width())
 err = Console(stderr=True, highlight=False, emoji=False, soft_wrap=True)
 
 

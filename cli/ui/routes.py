@@ -6,6 +6,7 @@ from rich.table import Table
 
 from cli.routes.table import ModelRoute, RouteTable
 from cli.ui.console import wrap
+from cli.ui.tables import Cell, Column, fitted_table
 
 
 def _ready(route: ModelRoute) -> str:
@@ -20,21 +21,25 @@ def _endpoints(route: ModelRoute) -> str:
     return "-"
 
 
-def routes_table(table: RouteTable) -> Table:
+def routes_table(table: RouteTable, width: int | None = None) -> Table:
     """NAME (model or alias), MODEL (what an alias stands for), READY (ready replicas /
     replicas.min), ENDPOINTS (rank 0 of each ready replica, or → the fallback answering),
-    FALLBACKS (the order requests fall back in)."""
-    grid = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("NAME", "MODEL", "READY", "ENDPOINTS", "FALLBACKS"):
-        grid.add_column(column, no_wrap=column != "FALLBACKS", overflow="fold")
+    FALLBACKS (the order requests fall back in); fitted to the terminal (cli/ui/tables.py)."""
+    columns = [Column(c) for c in ("NAME", "MODEL", "READY")]
+    columns += [Column("ENDPOINTS", keep=True), Column("FALLBACKS")]
+    rows: list[list[Cell]] = []
+    styles: list[str] = []
     for route in table.models:
         style = "" if route.ready else ("red" if route.served_by is None else "yellow")
-        fallbacks = ", ".join(route.chain) or "-"
-        cells = (_ready(route), _endpoints(route), fallbacks)
-        grid.add_row(route.model, "-", *cells, style=style or None)
-        for alias in route.aliases:
-            grid.add_row(alias, route.model, *cells, style=style or None)
-    return grid
+        cells = [
+            Cell.of(_ready(route)),
+            Cell.of(_endpoints(route), separator="\n"),
+            Cell(tuple(route.chain) or ("-",)),
+        ]
+        for name, model in ((route.model, "-"), *((alias, route.model) for alias in route.aliases)):
+            rows.append([Cell.of(name), Cell.of(model), *cells])
+            styles.append(style)
+    return fitted_table(columns, rows, width, styles)
 
 
 def route_notes(table: RouteTable) -> list[str]:

@@ -1,16 +1,138 @@
-"""Rich tables for `ctl nodes` and `ctl catalog check`."""
+"""Rich tables for `ctl nodes`, `ctl facts` and `ctl catalog check`, fitted to the terminal.
+
+A cell is a list of tokens (`role=inference`, `4/4 A100`, `big-1/0`) joined by `, `. A table
+wider than the terminal narrows its widest column first, folding its cells between whole
+tokens; when no column can narrow further without breaking a token, the widest is cut with
+an ellipsis. A token is never broken across lines.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 from rich.table import Table
+from rich.text import Text
 
 from cli.catalog.load import Catalog
 from cli.cluster import views
 from cli.cluster.snapshot import NodeView, Snapshot, Status
 from cli.facts.model import NodeFacts
 from cli.placement.filters import gb
+from cli.ui.console import out
+
+GAP = 2  # columns between two columns
+ELLIPSIS = "…"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """What a table cell says: tokens, never broken, joined by `separator` (`\\n`: one a line)."""
+
+    tokens: tuple[str, ...]
+    style: str = ""
+    separator: str = ", "
+
+    @staticmethod
+    def of(text: str, style: str = "", separator: str = ", ") -> Cell:
+        return Cell(tuple(text.split(separator)) if text else ("",), style, separator)
+
+    @property
+    def width(self) -> int:
+        if self.separator == "\n":
+            return max(len(token) for token in self.tokens)
+        return len(self.separator.join(self.tokens))
+
+    def _mark(self, index: int) -> str:
+        """What ends token `index` at a line's end: `,` of `, `, ` →` of ` → `; nothing
+        after the last token."""
+        return "" if index == len(self.tokens) - 1 else self.separator.rstrip()
+
+    @property
+    def floor(self) -> int:
+        """The narrowest this cell folds to with no token broken (its comma included)."""
+        return max(len(token) + len(self._mark(i)) for i, token in enumerate(self.tokens))
+
+    def fold(self, width: int) -> str:
+        """The cell's lines at `width` columns: whole tokens, each line's comma kept."""
+        if self.separator == "\n":
+            lines = list(self.tokens)
+        else:
+            lines = []
+            line = ""
+            for index, token in enumerate(self.tokens):
+                if not line:
+                    line = token
+                elif len(line) + len(self.separator) + len(token) + len(self._mark(index)) <= width:
+                    line += self.separator + token
+                else:
+                    lines.append(line + self._mark(index - 1))
+                    line = token
+            lines.append(line)
+        return "\n".join(
+            line if len(line) <= width else line[: max(width - 1, 0)] + ELLIPSIS for line in lines
+        )
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str
+    justify: Literal["left", "right"] = "left"
+    keep: bool = False  # cut last: what is copied from the table (an endpoint's URL)
+
+
+def fit_widths(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: int) -> list[int]:
+    """Each column's width so the table fits `width`: the widest column gives way first,
+    folding between tokens down to its longest token; then, if it must, cutting tokens
+    (a `keep` column last; never narrower than its header)."""
+    headers = [column.header for column in columns]
+    indexes = range(len(headers))
+    widths = [max([len(headers[i]), *(row[i].width for row in rows)]) for i in indexes]
+    floors = [max([len(headers[i]), *(row[i].floor for row in rows)]) for i in indexes]
+    lowest = [len(header) for header in headers]
+    kept = [floors[i] if columns[i].keep else lowest[i] for i in indexes]
+
+    def folded(column: int, at: int) -> int:
+        """The column's width once its cells are folded at `at`: its longest line."""
+        lines = [line for row in rows for line in row[column].fold(at).split("\n")]
+        return max([len(headers[column]), *(len(line) for line in lines)])
+
+    for limit in (floors, kept, lowest):
+        while sum(widths) + GAP * (len(widths) - 1) > width:
+            narrowable = [i for i in indexes if widths[i] > limit[i]]
+            if not narrowable:
+                break
+            widest = max(narrowable, key=lambda i: (widths[i], i))
+            widths[widest] = max(limit[widest], folded(widest, widths[widest] - 1))
+    return widths
+
+
+def fitted_table(
+    columns: Sequence[Column],
+    rows: Sequence[Sequence[Cell]],
+    width: int | None = None,
+    row_styles: Sequence[str] | None = None,
+) -> Table:
+    """A table of `rows` at most `width` columns wide (the terminal's by default)."""
+    widths = fit_widths(columns, rows, out.width if width is None else width)
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column, column_width in zip(columns, widths, strict=True):
+        table.add_column(
+            column.header,
+            justify=column.justify,
+            width=column_width,
+            no_wrap=True,
+            overflow="ellipsis",
+        )
+    for index, row in enumerate(rows):
+        style = row_styles[index] if row_styles else ""
+        table.add_row(
+            *(Text(cell.fold(w), style=cell.style) for cell, w in zip(row, widths, strict=True)),
+            style=style or None,
+        )
+    return table
+
 
 STATUS_STYLE = {
     Status.READY: "green",
@@ -58,74 +180,86 @@ def shards_cell(node: NodeView) -> str:
     return ", ".join(f"{s.replica}/{s.rank}" for s in node.shards)
 
 
-def nodes_table(snapshot: Snapshot) -> Table:
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("NAME", "STATUS", "GPUS", "MEM", "FABRICS", "LABELS", "SHARDS"):
-        table.add_column(
-            column,
-            justify="right" if column == "MEM" else "left",
-            overflow="fold",
-            no_wrap=column in ("NAME", "STATUS", "MEM"),
-        )
+NODE_COLUMNS = (
+    Column("NAME"),
+    Column("STATUS"),
+    Column("GPUS"),
+    Column("MEM", "right"),
+    Column("FABRICS"),
+    Column("LABELS"),
+    Column("SHARDS"),
+)
+
+
+def nodes_table(snapshot: Snapshot, width: int | None = None) -> Table:
+    rows = []
     for node in snapshot.nodes:
         status = node.status
-        table.add_row(
-            node.name,
-            f"[{STATUS_STYLE[status]}]{status.value}[/]",
-            gpus_cell(node),
-            memory_cell(node),
-            fabrics_cell(node),
-            labels_cell(node),
-            shards_cell(node),
+        rows.append(
+            [
+                Cell.of(node.name),
+                Cell.of(status.value, STATUS_STYLE[status]),
+                Cell.of(gpus_cell(node)),
+                Cell.of(memory_cell(node)),
+                Cell.of(fabrics_cell(node)),
+                Cell.of(labels_cell(node)),
+                Cell.of(shards_cell(node)),
+            ]
         )
-    return table
+    return fitted_table(NODE_COLUMNS, rows, width)
 
 
 def node_notes(snapshot: Snapshot) -> list[str]:
     return [f"{node.name}: {note}" for node in snapshot.nodes for note in views.node_notes(node)]
 
 
-def catalog_table(catalog: Catalog) -> Table:
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("MODEL", "ALIASES", "REPLICAS", "PROFILES (priority order)", "FALLBACKS"):
-        table.add_column(column)
+def catalog_table(catalog: Catalog, width: int | None = None) -> Table:
+    headers = ("MODEL", "ALIASES", "REPLICAS", "PROFILES (priority order)", "FALLBACKS")
+    columns = [Column(header) for header in headers]
+    rows = []
     for model in catalog.models.values():
-        profiles = ", ".join(
+        profiles = tuple(
             f"{p.name}({p.spec.gpus_per_node}×{p.spec.gpu_class}×{p.spec.nodes})"
             if p.spec.uses_gpus
             else f"{p.name}(cpu)"
             for p in model.profiles
         )
-        table.add_row(
-            model.name,
-            ",".join(model.aliases) or "-",
-            f"{model.replicas_min}..{model.replicas_max}",
-            profiles,
-            " → ".join(model.fallbacks) or "-",
+        rows.append(
+            [
+                Cell.of(model.name),
+                Cell(tuple(model.aliases) or ("-",), separator=","),
+                Cell.of(f"{model.replicas_min}..{model.replicas_max}"),
+                Cell(profiles),
+                Cell(tuple(model.fallbacks) or ("-",), separator=" → "),
+            ]
         )
-    return table
+    return fitted_table(columns, rows, width)
 
 
-def facts_table(snapshot: Snapshot, facts: Mapping[str, NodeFacts]) -> Table:
+def facts_table(
+    snapshot: Snapshot, facts: Mapping[str, NodeFacts], width: int | None = None
+) -> Table:
     """What each node said this time: reached or why not, and the gist of its facts."""
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("NAME", "REACHED", "PROBE", "GPUS", "MEM", "HCAS", "SHARDS", "NOTES"):
-        table.add_column(column, overflow="fold")
+    headers = ("NAME", "REACHED", "PROBE", "GPUS", "MEM", "HCAS", "SHARDS", "NOTES")
+    rows = []
     for node in snapshot.nodes:
         node_facts = facts.get(node.name)
         if node_facts is None:
             continue
-        reached = "yes" if node_facts.error is None else f"[red]no[/]: {node_facts.error}"
         active = sum(1 for port in node_facts.hcas or () if port.active)
         hcas = "?" if node_facts.hcas is None else f"{active}/{len(node_facts.hcas)} active"
-        table.add_row(
-            node.name,
-            reached,
-            node_facts.probe_version or "-",
-            gpus_cell(node),
-            memory_cell(node),
-            hcas,
-            str(len(node_facts.shards)),
-            "; ".join(node_facts.notes) or "-",
+        rows.append(
+            [
+                Cell.of(node.name),
+                Cell.of("yes")
+                if node_facts.error is None
+                else Cell.of(f"no: {node_facts.error}", "red", " "),
+                Cell.of(node_facts.probe_version or "-"),
+                Cell.of(gpus_cell(node)),
+                Cell.of(memory_cell(node)),
+                Cell.of(hcas),
+                Cell.of(str(len(node_facts.shards))),
+                Cell.of("; ".join(node_facts.notes) or "-", separator=" "),
+            ]
         )
-    return table
+    return fitted_table([Column(h) for h in headers], rows, width)

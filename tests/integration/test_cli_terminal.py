@@ -4,7 +4,13 @@ terminal's width, flags shown without a value."""
 from __future__ import annotations
 
 import itertools
+import os
 import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -113,3 +119,97 @@ def test_a_flag_and_a_valued_option_read_as_such() -> None:
     text = ctl("reconcile", "--help").stdout
     assert re.search(r"^  --dry-run +Print the plan; change nothing\.$", text, re.M)
     assert re.search(r"^  --interval <str> +Time between passes", text, re.M)
+
+
+EXAMPLE_FLEET = ["--inventory", "examples/inventory", "--facts", "examples/facts"]
+NODE_TOKENS = {"role=inference", "role=coding", "role=general", "ib-east", "ib-west"}
+
+
+def words_of(lines: list[str]) -> set[str]:
+    return {word.rstrip(",") for line in lines for word in line.split()}
+
+
+def on_a_terminal(args: list[str], columns: int, tmp_path: Path) -> list[str]:
+    """What a person sees: `ctl ARGS` in a tmux window `columns` wide, the pane captured."""
+    tmux = shutil.which("tmux")
+    if tmux is None:
+        pytest.skip("tmux is not installed (apt-get install tmux; .ci/run installs it)")
+    socket = f"modelfleet-test-{os.getpid()}-{columns}"
+    done = tmp_path / "done"
+    command = " ".join(
+        [
+            f"cd {shlex.quote(str(ROOT))} &&",
+            f"env -u NO_COLOR TERM=xterm PYTHONPATH={shlex.quote(str(ROOT))}",
+            shlex.quote(sys.executable),
+            "-m cli",
+            *map(shlex.quote, args),
+            f"; touch {shlex.quote(str(done))}; sleep 60",
+        ]
+    )
+    tmux_args = [tmux, "-L", socket, "-f", "/dev/null"]
+    subprocess.run(
+        [*tmux_args, "new-session", "-d", "-x", str(columns), "-y", "60", command],
+        check=True, timeout=30, env={**os.environ, "TERM": "xterm"},
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not done.exists():
+            assert time.monotonic() < deadline, "ctl did not finish in the tmux window"
+            time.sleep(0.1)
+        captured = subprocess.run(
+            [*tmux_args, "capture-pane", "-p"],
+            capture_output=True, text=True, check=True, timeout=30,
+        ).stdout  # fmt: skip
+    finally:
+        subprocess.run([*tmux_args, "kill-server"], check=False, timeout=30)
+    return [line.rstrip() for line in captured.splitlines() if line.strip()]
+
+
+def assert_no_word_broken(lines: list[str]) -> None:
+    """A label is whole, or visibly cut: never `role=inferen` with `ce` on the next line."""
+    for word in words_of(lines):
+        if word.startswith("role="):
+            assert word in NODE_TOKENS or word.endswith("…"), word
+    assert {"ce", "nce", "ence", "al", "ing"}.isdisjoint(words_of(lines))
+
+
+def table_lines(lines: list[str]) -> list[str]:
+    start = next(i for i, line in enumerate(lines) if line.startswith("NAME"))
+    return [line for line in lines[start:] if not re.match(r"^[a-z0-9-]+: ", line)]
+
+
+@pytest.mark.parametrize("columns", [80, 160])
+def test_nodes_on_a_terminal_fits_and_breaks_no_word(columns: int, tmp_path: Path) -> None:
+    lines = table_lines(on_a_terminal(["nodes", *EXAMPLE_FLEET], columns, tmp_path))
+    assert max(len(line) for line in lines) <= columns
+    assert len(lines) == 12  # the header and one line a node: nothing folded onto a second
+    assert_no_word_broken(lines)
+    if columns == 160:
+        assert words_of(lines) >= NODE_TOKENS
+        assert "qwen2.5-coder-14b-1/0" in words_of(lines)
+
+
+@pytest.mark.parametrize("columns", [80, 160])
+def test_nodes_piped_fits_columns_and_breaks_no_word(columns: int) -> None:
+    result = ctl("nodes", *EXAMPLE_FLEET, env={"COLUMNS": str(columns)})
+    lines = table_lines(result.stdout.splitlines())
+    assert max(len(line) for line in lines) <= columns
+    assert len(lines) == 12
+    assert_no_word_broken(lines)
+
+
+def test_piped_output_without_columns_is_100_wide_as_the_docs_show() -> None:
+    environment = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    environment.update(NO_COLOR="1", TERM="dumb", PYTHONPATH=str(ROOT))
+    result = subprocess.run(
+        [sys.executable, "-m", "cli", "nodes", *EXAMPLE_FLEET],
+        capture_output=True, text=True, cwd=ROOT, env=environment, timeout=60, check=False,
+    )  # fmt: skip
+    assert "role=inference  qwen2.5-coder-14b-1/0" in result.stdout
+
+
+@pytest.mark.parametrize("columns", [80, 160])
+def test_help_on_a_terminal_is_what_piped_help_is(columns: int, tmp_path: Path) -> None:
+    seen = on_a_terminal(["reconcile", "--help"], columns, tmp_path)
+    piped = ctl("reconcile", "--help", env={"COLUMNS": str(columns)}).stdout
+    assert seen == [line.rstrip() for line in piped.splitlines() if line.strip()]
