@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -49,6 +50,8 @@ def reconcile(
         console.fail("--facts reads a snapshot: use it with --dry-run; applying needs live facts")
     pause = parse_duration(interval).total_seconds()
     while True:
+        if watch:  # each pass says when it ran
+            console.out.print(f"--- pass at {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC ---")
         code = reconcile_pass(context, catalog, inventory, facts, dry_run)
         if not watch:
             raise SystemExit(code)

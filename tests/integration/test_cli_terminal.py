@@ -12,11 +12,12 @@ import subprocess
 import sys
 import time
 import tomllib
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from tests.ctl import ROOT, ctl
+from tests.ctl import ROOT, ctl, ctl_environment
 
 COMMANDS = [
     [],
@@ -213,3 +214,35 @@ def test_help_on_a_terminal_is_what_piped_help_is(columns: int, tmp_path: Path) 
     seen = on_a_terminal(["reconcile", "--help"], columns, tmp_path)
     piped = ctl("reconcile", "--help", env={"COLUMNS": str(columns)}).stdout
     assert seen == [line.rstrip() for line in piped.splitlines() if line.strip()]
+
+
+def test_each_watch_pass_says_when_it_ran() -> None:
+    args = ["reconcile", "--dry-run", "--watch", "--interval", "1s", "--catalog"]
+    args += ["examples/catalog.yaml", *EXAMPLE_FLEET]
+    started = datetime.now(UTC).replace(microsecond=0)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cli", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
+        env=ctl_environment(),
+    )  # fmt: skip
+    stamps: list[datetime] = []
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            match = re.fullmatch(r"--- pass at (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) UTC ---\n", line)
+            if match:
+                stamps.append(datetime.fromisoformat(match.group(1)).replace(tzinfo=UTC))
+            if len(stamps) == 3:
+                break
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+    assert len(stamps) == 3
+    assert started <= stamps[0] <= stamps[1] <= stamps[2] <= datetime.now(UTC)
+    assert (stamps[2] - stamps[0]).total_seconds() >= 2  # a second's pause between passes
+
+
+def test_a_single_pass_carries_no_stamp() -> None:
+    result = ctl("reconcile", "--dry-run", "--catalog", "examples/catalog.yaml", *EXAMPLE_FLEET)
+    assert "pass at" not in result.stdout
+    assert result.stdout.startswith("start ")
