@@ -175,9 +175,13 @@ def labels_cell(node: NodeView) -> str:
 
 
 def shards_cell(node: NodeView) -> str:
+    """REPLICA/RANK per shard, and its state when that is not running: `big-1/1 failed`."""
     if not node.shards:
         return "-"
-    return ", ".join(f"{s.replica}/{s.rank}" for s in node.shards)
+    return ", ".join(
+        f"{s.replica}/{s.rank}" + ("" if s.state == "running" else f" {s.state}")
+        for s in node.shards
+    )
 
 
 NODE_COLUMNS = (
