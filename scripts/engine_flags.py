@@ -51,11 +51,12 @@ import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cli.shards.flags import DATA_DIR, data_file_name  # noqa: E402
+from cli.shards.flags import DATA_DIR, data_file_name, versions_with_data  # noqa: E402
 from cli.shards.specs import ENGINE_SPECS, EngineSpec  # noqa: E402
 
 DEFAULT_CACHE = Path("/var/cache/modelfleet-engines")
@@ -448,12 +449,12 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def download(spec: EngineSpec, cache: Path, known_sha: str | None) -> Path:
-    """The pinned release, from the cache when its hash is the one recorded, else pip."""
-    requirement = f"{spec.package}=={spec.pinned_version}"
+def download(spec: EngineSpec, version: str, cache: Path, known_sha: str | None) -> Path:
+    """The release, from the cache when its hash is the one recorded, else pip."""
+    requirement = f"{spec.package}=={version}"
     stem = spec.package.replace("-", "_")
     cache.mkdir(parents=True, exist_ok=True)
-    for candidate in sorted(cache.glob(f"{stem}-{spec.pinned_version}*")):
+    for candidate in sorted(cache.glob(f"{stem}-{version}*")):
         if known_sha is not None and sha256(candidate) == known_sha:
             return candidate
     command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "-d", str(cache)]
@@ -463,7 +464,7 @@ def download(spec: EngineSpec, cache: Path, known_sha: str | None) -> Path:
         command += ["--only-binary", ":all:"]
     subprocess.run([*command, requirement], check=True)
     suffix = ".tar.gz" if spec.package_kind == "sdist" else ".whl"
-    found = sorted(cache.glob(f"{stem}-{spec.pinned_version}*{suffix}"))
+    found = sorted(cache.glob(f"{stem}-{version}*{suffix}"))
     if not found:
         raise SystemExit(f"pip download {requirement}: nothing in {cache}")
     return found[-1]
@@ -490,14 +491,16 @@ def open_package(path: Path) -> Callable[[str], str]:
     return read
 
 
-def generate(spec: EngineSpec, cache: Path, known_sha: str | None) -> dict[str, object]:
-    package = download(spec, cache, known_sha)
+def generate(
+    spec: EngineSpec, version: str, cache: Path, known_sha: str | None
+) -> dict[str, object]:
+    package = download(spec, version, cache, known_sha)
     options, files = READERS[spec.name](open_package(package))
     return {
         "engine": spec.name,
-        "version": spec.pinned_version,
+        "version": version,
         "program": " ".join(spec.command),
-        "package": f"{spec.package}=={spec.pinned_version}",
+        "package": f"{spec.package}=={version}",
         "file": package.name,
         "sha256": sha256(package),
         "read": files,
@@ -512,36 +515,52 @@ def render(data: dict[str, object]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    parser.add_argument("--check", action="store_true", help="compare, write nothing")
+    parser.add_argument(
+        "--check", action="store_true", help="compare every data file, write nothing"
+    )
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     parser.add_argument("--engine", action="append", choices=sorted(ENGINE_SPECS))
+    parser.add_argument("--version", help="another release than the pinned one (with one --engine)")
     args = parser.parse_args(argv)
+    engines = args.engine or list(ENGINE_SPECS)
+    if args.version is not None and len(engines) != 1:
+        parser.error("--version needs exactly one --engine")
+    jobs: list[tuple[str, str]] = []
+    for name in engines:
+        if args.check:  # every release that has data, the pinned one first
+            pinned = ENGINE_SPECS[name].pinned_version
+            others = [v for v in versions_with_data(name) if v != pinned]
+            jobs += [(name, v) for v in [args.version or pinned, *others]]
+        else:
+            jobs.append((name, args.version or ENGINE_SPECS[name].pinned_version))
     failed = False
-    for name in args.engine or list(ENGINE_SPECS):
+    for name, version in dict.fromkeys(jobs):
         spec = ENGINE_SPECS[name]
-        target = DATA_DIR / data_file_name(name, spec.pinned_version)
+        target = DATA_DIR / data_file_name(name, version)
         old = json.loads(target.read_text()) if target.exists() else None
         started = time.monotonic()
         known = None if old is None else str(old.get("sha256"))
-        new = generate(spec, args.cache, known)
+        new = generate(spec, version, args.cache, known)
         seconds = time.monotonic() - started
+        shown = target.relative_to(ROOT)
+        options = cast(list[str], new["options"])
         if not args.check:
             target.write_text(render(new), encoding="utf-8")
-            print(f"{target.relative_to(ROOT)}: {len(new['options'])} options ({seconds:.1f} s)")  # type: ignore[arg-type]
+            print(f"{shown}: {len(options)} options ({seconds:.1f} s)")
             continue
         if old == new:
-            print(f"{target.relative_to(ROOT)}: up to date ({seconds:.1f} s)")
+            print(f"{shown}: up to date ({seconds:.1f} s)")
             continue
         failed = True
         if old is None:
-            print(f"{target.relative_to(ROOT)}: missing; run {COMMAND}")
+            print(f"{shown}: missing; run {COMMAND}")
             continue
-        before, after = set(old.get("options", [])), set(new["options"])  # type: ignore[call-overload]
-        print(f"{target.relative_to(ROOT)}: stale; run {COMMAND}")
+        before, after = set(cast(list[str], old.get("options", []))), set(options)
+        print(f"{shown}: stale; run {COMMAND}")
         for option in sorted(after - before):
-            print(f"  {name} {spec.pinned_version} accepts {option}, the file does not list it")
+            print(f"  {spec.label} {version} accepts {option}, the file does not list it")
         for option in sorted(before - after):
-            print(f"  {name} {spec.pinned_version} has no {option}, the file lists it")
+            print(f"  {spec.label} {version} has no {option}, the file lists it")
         for key in sorted(set(old) | set(new)):
             if key != "options" and old.get(key) != new.get(key):
                 print(f"  {key}: {old.get(key)!r} in the file, {new.get(key)!r} from the release")

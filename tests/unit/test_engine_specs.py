@@ -1,0 +1,227 @@
+"""The engine specs (cli/shards/specs.py) and the check of every command line against the
+options of the engine release's own parser (cli/shards/flags.py, the data of
+scripts/engine_flags.py), at catalog load and in `ctl catalog check`. Pure but for one
+`ctl` run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cli.catalog.load import parse_catalog
+from cli.errors import InputError
+from cli.shards.engines import command_line, environment
+from cli.shards.flags import DATA_DIR, accepted_options, check_options
+from cli.shards.specs import ENGINE_SPECS, Rank, engine_spec
+from cli.shards.units import shard_files
+from tests.builders import NOW
+from tests.ctl import ctl
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def problems_of(text: str) -> list[str]:
+    with pytest.raises(InputError) as raised:
+        parse_catalog(text, "catalog.yaml")
+    return [str(problem) for problem in raised.value.problems]
+
+
+def one_profile(**fields: object) -> str:
+    profile = {"name": "p", "priority": 1, **fields}
+    body = ", ".join(f"{key}: {json.dumps(value)}" for key, value in profile.items())
+    return f"models:\n  m:\n    source: hf://org/m\n    profiles:\n      - {{{body}}}\n"
+
+
+def test_vllm_034_refuses_task_embed_naming_the_option_its_replacement_file_line_and_key() -> None:
+    text = one_profile(engine="vllm", gpu_class="L40S", gpus_per_node=1, args=["--task", "embed"])
+    assert problems_of(text) == [
+        "catalog.yaml:5: models.m.profiles[0].args[0]: vLLM 0.34 has no --task: use --runner"
+        " pooling (set `embedding: true`), and --convert embed to adapt a generative model"
+    ]
+
+
+def test_ctl_catalog_check_exits_2_on_task_embed(tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(
+        one_profile(engine="vllm", gpu_class="L40S", gpus_per_node=1, args=["--task", "embed"])
+    )
+    result = ctl("catalog", "check", "--catalog", str(catalog))
+    assert result.returncode == 2
+    assert "args[0]: vLLM 0.34 has no --task: use --runner pooling" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("engine", "args", "message"),
+    [
+        ("sglang", ["--tp", "2"], "SGLang 0.5.23 has no --tp: use --tp-size"),
+        ("sglang", ["--enforce-eager"], "SGLang 0.5.23 has no --enforce-eager"),
+        ("sglang", ["--context-len", "9"], "write the option whole (--context-length)"),
+        ("vllm", ["--max-model-lenn", "9"], "(did you mean --max-model-len?)"),
+        ("llama.cpp", ["--no-mmap"], "llama.cpp 0.3.36 has no --no-mmap"),
+    ],
+)
+def test_an_option_the_release_lacks_is_refused_with_a_hint(
+    engine: str, args: list[str], message: str
+) -> None:
+    gpus = {"gpu_class": "H100", "gpus_per_node": 1}
+    [problem] = problems_of(one_profile(engine=engine, args=args, **gpus))
+    assert problem.startswith("catalog.yaml:5: models.m.profiles[0].args[0]: ")
+    assert message in problem
+
+
+@pytest.mark.parametrize(
+    ("engine", "args"),
+    [
+        ("vllm", ["--max_model_len=4096", "--enable-prefix-caching", "-O3"]),
+        ("vllm", ["--no-enable-prefix-caching", "--compilation-config.mode", "3"]),
+        ("vllm", ["--runner", "pooling", "--convert", "embed", "--seed", "-1"]),
+        ("sglang", ["--tp-size", "1", "--trust-remote-code", "--random-seed", "1"]),
+        ("llama.cpp", ["-ngl", "10", "--jinja", "-cb", "--embedding", "value with spaces"]),
+    ],
+)
+def test_options_the_release_has_pass(engine: str, args: list[str]) -> None:
+    text = one_profile(engine=engine, gpu_class="H100", gpus_per_node=1, args=args)
+    assert parse_catalog(text, "catalog.yaml").models["m"].profiles[0].spec.args == tuple(args)
+
+
+def test_gpu_engines_need_gpus_and_each_engine_reads_only_its_sources() -> None:
+    assert problems_of(one_profile(engine="vllm")) == [
+        "catalog.yaml:5: models.m.profiles[0].engine: vllm runs on GPUs: set gpus_per_node and"
+        " gpu_class, or use llama.cpp for a CPU profile"
+    ]
+    assert problems_of(one_profile(engine="llama.cpp", source="s3://bucket/m.gguf")) == [
+        "catalog.yaml:5: models.m.profiles[0].source: llama.cpp cannot read s3:// sources: it"
+        " reads hf://, file://, https://, http://"
+    ]
+    url = one_profile(engine="sglang", gpu_class="H100", gpus_per_node=1, source="https://h/m")
+    assert problems_of(url) == [
+        "catalog.yaml:5: models.m.profiles[0].source: sglang cannot read https:// sources: it"
+        " reads hf://, file://, s3://"
+    ]
+
+
+def test_engine_version_below_the_minimum_or_without_data_is_refused() -> None:
+    gpus = {"engine": "vllm", "gpu_class": "H100", "gpus_per_node": 1}
+    assert problems_of(one_profile(engine_version="0.17.1", **gpus)) == [
+        "catalog.yaml:5: models.m.profiles[0].engine_version: vLLM 0.17.1 is older than 0.18.0,"
+        " the first with --shutdown-timeout (vllm#36666), which ctl always writes"
+    ]
+    [problem] = problems_of(one_profile(engine_version="0.33.0", **gpus))
+    assert "no option data for vLLM 0.33.0" in problem
+    assert "made it for 0.34.0" in problem
+    pinned = parse_catalog(one_profile(engine_version="0.34.0", **gpus), "c.yaml")
+    assert pinned.models["m"].profiles[0].spec.engine_version == "0.34.0"
+
+
+def example_catalogs() -> list[Path]:
+    return sorted([ROOT / "examples" / "catalog.yaml", *ROOT.glob("examples/*/*catalog.yaml")])
+
+
+def every_command_line(path: Path) -> list[tuple[str, str, list[str]]]:
+    """Every rank's command line of every profile of a catalog, as ctl would write it."""
+    found = []
+    for model in parse_catalog(path.read_text(), str(path)).models.values():
+        for profile in model.profiles:
+            for rank in range(profile.spec.nodes):
+                place = Rank(rank, profile.spec.nodes, 8123, "10.0.0.1", gpus=(0,))
+                argv = command_line(profile, place)
+                found.append((profile.key, profile.spec.engine, argv))
+    return found
+
+
+@pytest.mark.parametrize("path", example_catalogs(), ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_example_command_line_holds_only_options_its_engine_has(path: Path) -> None:
+    lines = every_command_line(path)
+    assert lines
+    for key, engine, argv in lines:
+        spec = engine_spec(engine)
+        options = accepted_options(engine, spec.pinned_version)
+        assert options is not None
+        program = len(spec.command)
+        assert check_options(spec, spec.pinned_version, argv[program:], options) == [], key
+
+
+def test_the_example_bge_m3_is_an_embedding_server_in_each_engines_own_mode() -> None:
+    catalog = parse_catalog((ROOT / "examples" / "catalog.yaml").read_text(), "c.yaml")
+    vllm, cpu = catalog.models["bge-m3"].profiles
+    place = Rank(0, 1, 8000, "10.0.0.1", gpus=(0,))
+    assert command_line(vllm, place)[-2:] == ["--runner", "pooling"]
+    assert command_line(cpu, place)[-1:] == ["--embeddings"]
+    assert "--task" not in command_line(vllm, place)
+
+
+def test_sglang_writes_tp_size_and_vllm_gets_the_serving_address_as_vllm_host_ip() -> None:
+    text = (
+        "models:\n  big:\n    source: hf://org/big\n    profiles:\n"
+        "      - {name: x, priority: 1, engine: sglang, gpu_class: H100, gpus_per_node: 8,"
+        " nodes: 2, tensor_parallel: 16}\n"
+        "      - {name: v, priority: 2, engine: vllm, gpu_class: H100, gpus_per_node: 1}\n"
+    )
+    big = parse_catalog(text, "c.yaml").models["big"]
+    vllm, sglang = big.profiles
+    argv = command_line(sglang, Rank(1, 2, 8000, "10.0.0.1", gpus=tuple(range(8))))
+    assert argv[argv.index("--tp-size") + 1] == "16"
+    assert "--tp" not in argv
+    files = shard_files("hgx-1", "10.1.0.7", "big-1", vllm, Rank(0, 1, 8000, "10.1.0.7"), NOW)
+    assert 'VLLM_HOST_IP="10.1.0.7"' in files.env_text.splitlines()
+    listening = Rank(0, 1, 8000, "10.1.0.7", listen="192.168.9.9")
+    files = shard_files("hgx-1", "10.1.0.7", "big-1", vllm, listening, NOW)
+    assert 'VLLM_HOST_IP="192.168.9.9"' in files.env_text.splitlines()
+    assert "VLLM_HOST_IP" not in files.env_text.replace("VLLM_HOST_IP=", "", 1)
+    assert "VLLM_HOST_IP" not in environment(sglang, Rank(0, 2, 8000, "10.0.0.1", gpus=(0,)))
+
+
+def test_a_multi_node_rank_on_a_named_interface_gets_nccl_and_gloo_socket_ifname() -> None:
+    text = (
+        "models:\n  big:\n    source: hf://org/big\n    profiles:\n"
+        "      - {name: x, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 8,"
+        " nodes: 2, tensor_parallel: 8, pipeline_parallel: 2}\n"
+    )
+    [profile] = parse_catalog(text, "c.yaml").models["big"].profiles
+    place = Rank(1, 2, 8000, "10.9.0.1", gpus=(0,), host_ip="10.9.0.2", socket_ifname="ib0")
+    env = environment(profile, place)
+    assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"]) == ("=ib0", "ib0")
+    assert env["VLLM_HOST_IP"] == "10.9.0.2"
+    alone = environment(profile, Rank(0, 1, 8000, "10.9.0.1", gpus=(0,), socket_ifname="ib0"))
+    assert "NCCL_SOCKET_IFNAME" not in alone
+
+
+def test_llama_server_gets_no_drain_time_and_the_engines_that_drain_do() -> None:
+    text = (
+        "models:\n  m:\n    source: file:///srv/m.gguf\n    profiles:\n"
+        "      - {name: cpu, priority: 1, engine: llama.cpp, drain_seconds: 90}\n"
+        "      - {name: gpu, priority: 2, engine: vllm, gpu_class: H100, gpus_per_node: 1,"
+        " drain_seconds: 90}\n"
+    )
+    gpu, cpu = parse_catalog(text, "c.yaml").models["m"].profiles
+    place = Rank(0, 1, 8000, "10.0.0.1")
+    assert "TimeoutStopSec=30" in shard_files("n", "10.0.0.1", "m-1", cpu, place, NOW).unit_text
+    assert "TimeoutStopSec=120" in shard_files("n", "10.0.0.1", "m-1", gpu, place, NOW).unit_text
+
+
+def test_each_spec_has_option_data_for_its_pinned_release_made_by_the_script() -> None:
+    for name, spec in ENGINE_SPECS.items():
+        path = DATA_DIR / f"{name}-{spec.pinned_version}.json"
+        data = json.loads(path.read_text())
+        assert (data["engine"], data["version"]) == (name, spec.pinned_version)
+        assert data["command"] == "python scripts/engine_flags.py"
+        assert len(str(data["sha256"])) == 64
+        assert data["options"] == sorted(set(data["options"]))
+        assert "--host" in data["options"]
+        assert "--port" in data["options"]
+
+
+def test_the_data_holds_what_the_issues_findings_say_of_each_release() -> None:
+    vllm = accepted_options("vllm", "0.34.0")
+    sglang = accepted_options("sglang", "0.5.23")
+    llama = accepted_options("llama.cpp", "0.3.36")
+    assert vllm is not None and sglang is not None and llama is not None
+    assert "--task" not in vllm
+    assert {"--runner", "--convert", "--shutdown-timeout", "--headless"} <= vllm
+    assert {"--enable-prefix-caching", "--no-enable-prefix-caching"} <= vllm
+    assert "--tp" not in sglang
+    assert {"--tp-size", "--tensor-parallel-size", "--is-embedding", "--dist-init-addr"} <= sglang
+    assert {"-m", "--alias", "--embeddings", "--model-url", "-hf"} <= llama
+    assert "--prompt" not in llama  # llama-cli's, not llama-server's
