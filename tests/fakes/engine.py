@@ -286,13 +286,17 @@ def check_against_parser(
     (common/arg.cpp: `throw std::invalid_argument("error: invalid argument: " + arg)`)."""
     out: list[str] = []
     unknown: list[str] = []
+    after_unknown = False
     for index, token in enumerate(argv):
         if token == "--":
             out.extend(argv[index:])
             break
         if not _is_option(token):
+            if after_unknown:  # argparse leaves an unknown option's values over too
+                unknown.append(token)
             out.append(token)
             continue
+        after_unknown = False
         name, equals, value = token.partition("=")
         if _data_name(personality, token) in accepted:
             out.append(token)
@@ -310,6 +314,7 @@ def check_against_parser(
         else:
             unknown.append(token)
             out.append(token)
+            after_unknown = not equals
     if unknown:
         prog = "vllm serve" if personality == "vllm" else "launch_server.py"
         message = f"{prog}: error: unrecognized arguments: {' '.join(unknown)}"

@@ -551,3 +551,148 @@ def test_the_engine_to_be_comes_from_the_name_it_is_started_by(engines: Engines)
     )
     assert (told.returncode, told.stdout) == (0, "")
     assert told.stderr.startswith("version: ")  # llama-server prints it on stderr
+
+
+@pytest.mark.parametrize(
+    ("engine", "args", "code", "said"),
+    [
+        (
+            "vllm",
+            ["serve", "m", "--task", "embed"],
+            2,
+            ["unrecognized arguments: --task embed", "Hint: --task is not a vllm serve option"],
+        ),
+        ("vllm", ["serve", "m", "--max-model-lenn", "9"], 2, ["unrecognized arguments"]),
+        ("sglang", ["--model-path", "m", "--enforce-eager"], 2, ["unrecognized arguments"]),
+        ("llama-server", ["-m", "m.gguf", "--no-mmap"], 1, ["invalid argument: --no-mmap"]),
+    ],
+)
+def test_an_option_the_real_parser_lacks_is_refused_as_the_real_engine_refuses_it(
+    engines: Engines, engine: str, args: list[str], code: int, said: list[str]
+) -> None:
+    result = engines.run(engine, args)
+
+    assert result.returncode == code
+    for text in said:
+        assert text in result.stderr
+    assert '"event": "start"' not in result.stderr
+
+
+def test_options_the_real_parser_has_are_taken_and_argparse_abbreviations_expanded(
+    engines: Engines,
+) -> None:
+    port = free_port()
+    args = ["--model-path", "m", "--host", LOCALHOST, "--port", str(port), "--tp", "2"]
+    sglang = engines.start("sglang", [*args, "--random-seed", "7", "--skip-server-warmup"], port)
+    sglang.wait_healthy()
+    debug = sglang.debug()
+    assert debug["tensor_parallel"] == 2  # --tp, argparse's abbreviation of --tp-size
+    assert debug["unknown_args"] == ["--random-seed", "7"]  # real, not simulated
+
+
+def test_the_standins_own_flags_are_every_one_an_option_of_the_real_parser() -> None:
+    from tests.fakes import engine
+
+    for personality, flags in (
+        ("vllm", engine.VLLM_FLAGS),
+        ("sglang", engine.SGLANG_FLAGS),
+        ("llama-server", engine.LLAMA_FLAGS),
+    ):
+        accepted = engine.accepted_options(personality)  # type: ignore[arg-type]
+        assert [name for flag in flags for name in flag.names if name not in accepted] == []
+
+
+def test_without_the_option_data_the_standin_refuses_to_start(engines: Engines) -> None:
+    empty = engines.root / "no-flags"
+    empty.mkdir()
+    result = subprocess.run(
+        [*engines.command("vllm"), "serve", "m"],
+        capture_output=True, text=True, timeout=30, check=False,
+        env={**engines.environment(None), "MODELFLEET_STANDIN_FLAGS": str(empty)},
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "no option data for vllm" in result.stderr
+
+
+def sglang_args(port: int, *extra: str) -> list[str]:
+    return [
+        "--model-path", "/models/big", "--host", LOCALHOST, "--port", str(port),
+        "--served-model-name", "big", "--tp-size", "1", *extra,
+    ]  # fmt: skip
+
+
+def test_sglang_keeps_taking_new_requests_while_it_drains_and_says_503_on_health(
+    engines: Engines,
+) -> None:
+    port = free_port()
+    sglang = engines.start("sglang", sglang_args(port, "--skip-server-warmup"), port)
+    sglang.wait_healthy()
+    answers: list[Answer] = []
+    asking = threading.Thread(target=lambda: answers.append(chat(sglang.base, "big", "sleep 2")))
+    asking.start()
+    wait_for("the request to be in flight", lambda: sglang.debug()["in_flight"] == 1)
+
+    sglang.process.send_signal(signal.SIGTERM)
+    sglang.wait_event("drain")
+
+    assert probe(f"{sglang.base}/health") == 503
+    late = chat(sglang.base, "big", "hello after SIGTERM")
+    assert late.status == 200  # taken and answered while draining
+    asking.join(timeout=10)
+    assert [a.status for a in answers] == [200]
+    assert sglang.process.wait(timeout=15) == 0
+
+
+def test_sglang_rank_1_ignores_sigterm_until_rank_0_stops_the_replica(
+    engines: Engines,
+) -> None:
+    port0, port1, dist_port = free_port(), free_port(), free_port()
+    multi = ["--nnodes", "2", "--dist-init-addr", f"{LOCALHOST}:{dist_port}"]
+    rank0 = engines.start("sglang", sglang_args(port0, *multi, "--node-rank", "0"), port0)
+    rank1 = engines.start("sglang", sglang_args(port1, *multi, "--node-rank", "1"), port1)
+    rank0.wait_healthy()
+    rank1.wait_event("ready")
+
+    rank1.process.send_signal(signal.SIGTERM)
+    time.sleep(1.0)
+    assert rank1.process.poll() is None  # waits for rank 0's broadcast
+    assert probe(f"{rank0.base}/health") == 200
+
+    rank0.process.send_signal(signal.SIGTERM)
+    assert rank0.process.wait(timeout=15) == 0
+    assert rank1.process.wait(timeout=10) == 0
+    assert "rank 0 stopped" in str(rank1.event("shutdown")["reason"])
+
+
+def test_llama_server_does_not_drain_and_dies_by_sigterm_while_loading(
+    engines: Engines,
+) -> None:
+    port = free_port()
+    args = ["-m", "/m.gguf", "--host", LOCALHOST, "--port", str(port), "--alias", "tiny"]
+    llama = engines.start("llama-server", args, port)
+    llama.wait_healthy()
+    answers: list[Answer | None] = []
+
+    def ask() -> None:
+        try:
+            answers.append(chat(llama.base, "tiny", "sleep 30"))
+        except (urllib.error.URLError, ConnectionError):
+            answers.append(None)  # dropped unanswered
+
+    asking = threading.Thread(target=ask)
+    asking.start()
+    wait_for("the request to be in flight", lambda: llama.debug()["in_flight"] == 1)
+    started = time.monotonic()
+    llama.process.send_signal(signal.SIGTERM)
+    assert llama.process.wait(timeout=10) == 0
+    assert time.monotonic() - started < 5  # no drain: it stops at once
+    asking.join(timeout=10)
+    assert answers == [None]
+
+    loading = engines.start(
+        "llama-server", args, port, env={"MODELFLEET_STANDIN_LOAD_SECONDS": "30"}
+    )
+    loading.wait_event("loading")
+    loading.process.send_signal(signal.SIGTERM)
+    # Its handler is installed only once the model is loaded (server.cpp): killed.
+    assert loading.process.wait(timeout=10) == -signal.SIGTERM
