@@ -65,7 +65,7 @@ def place(
             wanted.append(resolved)
     if not dry_run and wanted:
         from cli.commands.reconcile import apply_plan
-        from cli.ops.fleet import serving_addresses
+        from cli.ops.fleet import rank_networks, serving_addresses
         from cli.placement.place import running_replicas
         from cli.reconcile.planner import plan_manual
         from cli.ui.plan import render_plan
@@ -81,7 +81,8 @@ def place(
                     console.EXIT_INCOMPLETE,
                 )
         addresses, listen = serving_addresses(fleet.inventory)
-        the_plan = plan_manual(loaded, fleet.snapshot, wanted, addresses, listen)
+        networks = rank_networks(fleet.inventory)
+        the_plan = plan_manual(loaded, fleet.snapshot, wanted, addresses, listen, networks)
         console.print_lines(render_plan(the_plan))
         raise SystemExit(apply_plan(context, fleet, the_plan, inventory))
     waits: list[str] = []

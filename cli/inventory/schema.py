@@ -108,6 +108,13 @@ class HostVars(Strict):
     # Where shards listen; None: every address (0.0.0.0). Set it when the node has several
     # networks and models should be served on one, or nodes share a network namespace.
     listen_address: IPvAnyAddress | None = None
+    # The network the ranks of a replica that spans nodes meet and talk on: its interface
+    # (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) and this node's address there (VLLM_HOST_IP,
+    # and rank 0's rendezvous address). None: the engines pick by the default route.
+    fabric_interface: (
+        Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:-]{0,14}$")] | None
+    ) = None
+    fabric_address: IPvAnyAddress | None = None
 
     @field_validator("fabrics")
     @classmethod

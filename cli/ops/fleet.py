@@ -105,6 +105,19 @@ def load_fleet(
     return gather_fleet(inventory, inventory_path, options, on_progress)
 
 
+def rank_networks(inventory: Inventory) -> dict[str, tuple[str | None, str | None]]:
+    """Per node whose inventory names one: the network multi-node ranks talk on, as
+    (`fabric_interface`, `fabric_address`)."""
+    return {
+        host.name: (
+            host.vars.fabric_interface,
+            None if host.vars.fabric_address is None else str(host.vars.fabric_address),
+        )
+        for host in inventory.hosts
+        if host.vars.fabric_interface is not None or host.vars.fabric_address is not None
+    }
+
+
 def serving_addresses(inventory: Inventory) -> tuple[dict[str, str], dict[str, str]]:
     """Per node: the address its shards are reached at, and, where the inventory sets
     one, the address they listen on (otherwise every address)."""

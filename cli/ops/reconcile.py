@@ -14,7 +14,7 @@ from pathlib import Path
 
 from cli.catalog.load import Catalog
 from cli.ops.context import AppContext
-from cli.ops.fleet import Fleet, serving_addresses
+from cli.ops.fleet import Fleet, rank_networks, serving_addresses
 from cli.reconcile.apply import apply
 from cli.reconcile.ledger import ledger_path, load_ledger, save_ledger
 from cli.reconcile.planner import Plan, plan
@@ -46,10 +46,14 @@ def plan_pass(
 ) -> Plan:
     """The plan that brings `fleet` to `catalog`; `evict`: nodes being drained."""
     addresses, listen = serving_addresses(fleet.inventory)
+    networks = rank_networks(fleet.inventory)
     ledger = load_ledger(ledger_file(options, inventory_path))
     # No rng: each failure's jitter comes from the failure itself, so the same inputs give
     # the same plan in a dry run and in the pass (and in `ctl place --all --dry-run`).
-    return plan(catalog, fleet.snapshot, ledger, addresses, None, evict, listen=listen)
+    return plan(
+        catalog, fleet.snapshot, ledger, addresses, None, evict, listen=listen,
+        networks=networks,
+    )  # fmt: skip
 
 
 def router_deployer(

@@ -200,6 +200,7 @@ def plan(
     evict: frozenset[str] = frozenset(),
     listen: Mapping[str, str] | None = None,
     force: bool = False,
+    networks: Mapping[str, tuple[str | None, str | None]] | None = None,
 ) -> Plan:
     """The changes that bring the fleet to the catalog, as of `snapshot.now`.
 
@@ -284,7 +285,7 @@ def plan(
                 reason += "; " + "; ".join(notes[name])
             starts.append(
                 _start(placement, placement.profile, addresses, ports, now, reason,
-                       listen=listen)
+                       listen=listen, networks=networks)
             )  # fmt: skip
     moved, kept = _evictions(catalog, moving, counted, starts, evict, force)
     drains += moved
@@ -414,6 +415,7 @@ def plan_manual(
     models: Sequence[str],
     addresses: Mapping[str, str],
     listen: Mapping[str, str] | None = None,
+    networks: Mapping[str, tuple[str | None, str | None]] | None = None,
 ) -> Plan:
     """One more replica of each of `models`, started by an operator (`ctl place`): kept by
     reconcile while its model stays within replicas.max."""
@@ -429,6 +431,7 @@ def plan_manual(
             "asked for by ctl place",
             "manual",
             listen or {},
+            networks,
         )
         for p in run.placements
         if p.profile is not None
@@ -446,10 +449,16 @@ def _start(
     reason: str,
     origin: str = "reconcile",
     listen: Mapping[str, str] | None = None,
+    networks: Mapping[str, tuple[str | None, str | None]] | None = None,
 ) -> Start:
     shards: tuple[ShardPlacement, ...] = placement.shards
     port = ports.take([s.node for s in shards])
     master = addresses.get(shards[0].node, shards[0].node)
+    # A replica over several nodes meets on the inventory's fabric network where it names
+    # one: rank 0's fabric address, each rank's own (VLLM_HOST_IP) and interface.
+    fabric = {s.node: (networks or {}).get(s.node, (None, None)) for s in shards}
+    if len(shards) > 1:
+        master = fabric[shards[0].node][1] or master
     files = tuple(
         shard_files(
             s.node,
@@ -464,6 +473,8 @@ def _start(
                 s.gpus,
                 s.hcas,
                 (listen or {}).get(s.node, "0.0.0.0"),
+                host_ip=fabric[s.node][1] if len(shards) > 1 else None,
+                socket_ifname=fabric[s.node][0] if len(shards) > 1 else None,
             ),
             now,
             origin,

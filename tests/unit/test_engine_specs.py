@@ -225,3 +225,49 @@ def test_the_data_holds_what_the_issues_findings_say_of_each_release() -> None:
     assert {"--tp-size", "--tensor-parallel-size", "--is-embedding", "--dist-init-addr"} <= sglang
     assert {"-m", "--alias", "--embeddings", "--model-url", "-hf"} <= llama
     assert "--prompt" not in llama  # llama-cli's, not llama-server's
+
+
+def test_a_multi_node_vllm_replica_meets_on_the_inventorys_fabric_network() -> None:
+    from cli.reconcile.planner import plan_manual
+    from tests.builders import hgx, snapshot
+
+    text = (
+        "models:\n  big:\n    source: hf://org/big\n    profiles:\n"
+        "      - {name: x, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 8,"
+        " nodes: 2, tensor_parallel: 8, pipeline_parallel: 2}\n"
+        "  one:\n    source: hf://org/one\n    profiles:\n"
+        "      - {name: x, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 1}\n"
+    )
+    models = parse_catalog(text, "c.yaml")
+    fabric = [("ib", ["mlx5_0", "mlx5_1"])]
+    fleet = snapshot(hgx("hgx-1", fabrics=fabric), hgx("hgx-2", fabrics=fabric), hgx("hgx-3"))
+    addresses = {"hgx-1": "10.0.0.1", "hgx-2": "10.0.0.2", "hgx-3": "10.0.0.3"}
+    networks = {"hgx-1": ("ib0", "10.8.0.1"), "hgx-2": ("ib0", "10.8.0.2")}
+    result = plan_manual(models, fleet, ["big", "one"], addresses, None, networks)
+    big, one = result.starts
+    envs = [dict(line.split("=", 1) for line in f.env_text.splitlines()) for f in big.files]
+    assert [
+        (e["VLLM_HOST_IP"], e["NCCL_SOCKET_IFNAME"], e["GLOO_SOCKET_IFNAME"]) for e in envs
+    ] == [
+        ('"10.8.0.1"', '"=ib0"', '"ib0"'),
+        ('"10.8.0.2"', '"=ib0"', '"ib0"'),
+    ]
+    assert '"--master-addr" "10.8.0.1"' in big.files[1].unit_text  # rank 0's fabric address
+    assert big.leader.health_url == "http://10.0.0.1:8000"  # served where it always was
+    [alone] = [dict(line.split("=", 1) for line in f.env_text.splitlines()) for f in one.files]
+    assert alone["VLLM_HOST_IP"] == '"10.0.0.3"'  # one node: the serving address
+    assert "NCCL_SOCKET_IFNAME" not in alone
+
+
+def test_the_inventory_names_the_fabric_network_per_host() -> None:
+    from cli.inventory.schema import Host, HostVars, Inventory
+    from cli.ops.fleet import rank_networks
+
+    vars_ = HostVars.model_validate({"fabric_interface": "ib0", "fabric_address": "10.8.0.1"})
+    hosts = (
+        Host(name="a", groups=("all",), address="a", vars=vars_),
+        Host(name="b", groups=("all",), address="b"),
+    )
+    assert rank_networks(Inventory(source="i", hosts=hosts)) == {"a": ("ib0", "10.8.0.1")}
+    with pytest.raises(ValueError, match="fabric_interface"):
+        HostVars.model_validate({"fabric_interface": "no spaces allowed"})
