@@ -8,9 +8,11 @@ starts (see docs/standin-engine.md for the install paths and the sources of ever
     python3 -m sglang.launch_server --model-path MODEL ...              (sglang/launch_server.py)
     llama-server -m PATH | -hf REPO | --model-url URL --alias NAME ...  (an executable)
 
-It reads the command line as the real program does (the same flag names and aliases;
-unknown flags are accepted and recorded, since the real programs have hundreds), then
-behaves as the real server does where ctl can see it:
+It reads the command line as the real program does: an option the pinned release's own
+parser does not have is refused as that parser refuses it (the options are the data of
+scripts/engine_flags.py, installed beside it); the options it simulates have the real
+names and aliases, and the real ones it does not simulate are accepted and recorded. Then
+it behaves as the real server does where ctl can see it:
 
 - when it listens: vLLM binds its port at once but only listens once the engine is up
   (connections are refused meanwhile); SGLang listens once the model is loaded and says
@@ -24,8 +26,10 @@ behaves as the real server does where ctl can see it:
   have joined. A rank that cannot meet the others in time exits 1, as a failed NCCL init
   does; a replica that loses a rank exits 1, as NCCL does; ranks lose rank 0 likewise.
 - SIGTERM: vLLM aborts in-flight requests, or with --shutdown-timeout S answers 503 to new
-  ones and lets those in flight finish for up to S seconds; SGLang drains without a bound;
-  llama-server stops listening and drops what is in flight. Then it exits 0.
+  ones (and 200 on /health) and lets those in flight finish for up to S seconds; SGLang
+  drains without a bound, taking new requests meanwhile, and its ranks past 0 wait for
+  rank 0; llama-server does not drain: it stops listening and drops what is in flight.
+  Then it exits 0.
 
 Every event is a line on stderr, `standin: {json}` (start with the argv and the GPU/NCCL
 environment, ready, each request, drain, exit), and GET /debug/standin, which no real
