@@ -81,6 +81,13 @@ def snapshot(tmp_path: Path) -> Path:
     hgx2 = json.loads((facts / "hgx-2.json").read_text())
     assert hgx2["shards"][0]["replica"] == "llama-3.1-8b-1"
     hgx2["shards"][0]["state"] = "failed"
+    # Its process is gone with its unit: nvidia-smi no longer lists it on GPU 0, whose
+    # memory is free again (a process still there would make the GPU unusable).
+    processes = hgx2["gpu_processes"]
+    assert processes[0]["pid"] == 20311
+    hgx2["gpu_processes"] = processes[1:]
+    assert hgx2["gpus"][0]["index"] == 0
+    hgx2["gpus"][0]["memory_used_mib"] = 4
     (facts / "hgx-2.json").write_text(json.dumps(hgx2))
     return facts
 

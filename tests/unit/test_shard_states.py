@@ -98,3 +98,14 @@ def test_only_the_running_shard_is_routed() -> None:
         "chat-3": ("starting", False),
         "chat-4": ("ready", True),
     }
+
+
+def test_a_failed_shards_gpu_with_a_process_still_on_it_is_unusable_not_free() -> None:
+    lingering = snapshot(
+        hgx("node-1", foreign={3: "/opt/venv/bin/python3"},
+            shards=[shard("big-1", "big", range(4), state="failed")]),
+    ).node("node-1")  # fmt: skip
+    gpus = {gpu.index: (gpu.held_by, gpu.unusable) for gpu in lingering.gpus or ()}
+    assert gpus[2] == (None, None)
+    assert gpus[3] == (None, "pid 4003 python3")
+    assert gpus_cell(lingering) == "7/8 H100"
