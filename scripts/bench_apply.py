@@ -29,7 +29,7 @@ from cli.facts.model import ShardRecord
 from cli.inventory.load import load_inventory
 from cli.ops.context import KNOWN_HOSTS_NAME, AppContext
 from cli.ops.fleet import gather_fleet, serving_addresses
-from cli.reconcile.apply import apply
+from cli.reconcile.apply import ShardFailure, apply
 from cli.reconcile.planner import Plan, RunningShard, Stop, plan
 from cli.shards.executor import AnsibleExecutor
 from cli.shards.units import ShardFiles
@@ -65,11 +65,13 @@ INSTALL = (
 class PerShardExecutor(AnsibleExecutor):
     """The naive way: one ansible-playbook run for each shard."""
 
-    def start(self, shards: Sequence[ShardFiles]) -> dict[tuple[str, str], str]:
-        failures: dict[tuple[str, str], str] = {}
+    def start(
+        self, shards: Sequence[ShardFiles], verify: Sequence[ShardFiles] = ()
+    ) -> dict[tuple[str, str], ShardFailure]:
+        failures: dict[tuple[str, str], ShardFailure] = {}
         for files in shards:
             failures |= super().start([files])
-        return failures
+        return failures | (super().start([], verify) if verify else {})
 
     def stop(self, stops: Sequence[Stop]) -> dict[tuple[str, str], str]:
         failures: dict[tuple[str, str], str] = {}

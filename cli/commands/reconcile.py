@@ -130,7 +130,8 @@ def apply_plan(
         app_context(context), fleet, the_plan, inventory_path, catalog,
         on_run=say_run, report=lambda line: console.err.print(console.rich_escape(line)),
     )  # fmt: skip
-    console.print_lines(applied.lines)
+    for line in applied.lines:  # a node's text among them: never read as markup
+        console.out.print(line, markup=False, overflow="ignore", crop=False)
     return console.EXIT_OK if applied.complete else console.EXIT_INCOMPLETE
 
 

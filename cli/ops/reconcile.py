@@ -8,6 +8,7 @@ the playbooks and, where the inventory has a `routers` group, keeps the routers 
 from __future__ import annotations
 
 import random
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 from cli.catalog.load import Catalog
 from cli.ops.context import AppContext
 from cli.ops.fleet import Fleet, rank_networks, serving_addresses
-from cli.reconcile.apply import apply
+from cli.reconcile.apply import Outcome, apply
 from cli.reconcile.ledger import ledger_path, load_ledger, save_ledger
 from cli.reconcile.planner import Plan, plan
 from cli.routes.deploy import PlaybookRouter, RouterDeployer, router_hosts
@@ -99,8 +100,43 @@ def apply_plan(
     rng = random.Random(the_plan.now.isoformat())  # the same inputs, the same backoffs
     outcome = apply(the_plan, executor, fleet.snapshot.now, rng, report, router)
     save_ledger(ledger, outcome.ledger)
+    return Applied(outcome_lines(outcome), complete and outcome.complete)
+
+
+def outcome_lines(outcome: Outcome) -> list[str]:
+    """What an apply did, for people: each replica started (verified), each that failed with
+    every failed shard's journal lines as its node sent them, each left as it was."""
     lines = [f"started {replica}" for replica in outcome.started]
-    lines += [f"FAILED {r}: {why} — stopped whole" for r, why in outcome.failed.items()]
-    lines += [f"NOT STOPPED {r}: {why}" for r, why in outcome.stop_failures.items()]
-    lines += [f"ROUTERS NOT UPDATED: {why}" for why in outcome.route_failures]
-    return Applied(lines, complete and outcome.complete)
+    for replica, why in outcome.failed.items():
+        lines.append(f"FAILED {replica}: {printable(why)} — stopped whole")
+        for shard in outcome.failed_shards:
+            journal = shard.failure.journal
+            if shard.replica == replica and journal:
+                lines.append(f"  {shard.unit} on {shard.node}, its journal's last lines:")
+                lines += [f"    {printable(line)}" for line in journal]
+    lines += [f"NOT STOPPED {r}: {printable(why)}" for r, why in outcome.stop_failures.items()]
+    lines += [f"NOT DRAINED {r}: {why}; it serves on" for r, why in outcome.undrained.items()]
+    lines += [f"ROUTERS NOT UPDATED: {printable(why)}" for why in outcome.route_failures]
+    return lines
+
+
+def printable(text: str) -> str:
+    """A node's text as one line of plain text: control and format characters (escape
+    sequences, carriage returns, newlines, bidirectional overrides) shown escaped."""
+    return "".join(
+        _escaped(char) if unicodedata.category(char) in _UNPRINTABLE else char for char in text
+    )
+
+
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    return (
+        f"\\x{code:02x}"
+        if code < 0x100
+        else f"\\u{code:04x}"
+        if code < 0x10000
+        else f"\\U{code:08x}"
+    )

@@ -3,12 +3,15 @@
 1. stop broken replicas (failed, lost, unwanted-and-broken): their GPUs are reused below;
 2. start every new replica's workers (rank > 0): ranks rendezvous, and rank 0 waits for
    them (SGLang at --dist-init-addr, vLLM for its --headless ranks);
-3. start every rank 0 and wait for it to serve;
-4. drain the replicas being retired, now that their replacements serve;
+3. start every rank 0 and wait for it to serve, then check that its workers' units are
+   still active: a replica counts as started only once all of that is verified;
+4. drain the replicas being retired, now that their replacements serve — but not one
+   drained off a node being emptied whose replacement did not start: it serves on;
 5. stop, whole, any new replica a rank of which did not come up.
 
-One executor call per phase for all the shards in it, not one per shard. An interrupt
-during a start phase stops every replica of the plan that was being started.
+One executor call per phase for all the shards in it, not one per shard. Each shard is
+judged on its own: one that fails on a node never spares another on that node its checks.
+An interrupt during a start phase stops every replica of the plan that was being started.
 
 With a Router (docs/routing.md), the routers follow: broken replicas leave them before
 phase 1; after phase 3 one update adds the replicas whose rank 0 serves and withdraws the
@@ -18,7 +21,7 @@ ones about to be drained, and phase 4 runs only once every router has it.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Protocol
@@ -29,12 +32,23 @@ from cli.reconcile.planner import Plan, RunningShard, Start, Stop
 from cli.shards.units import ShardFiles, unit_name
 
 
+@dataclass(frozen=True)
+class ShardFailure:
+    """Why a shard did not start, as its node tells it."""
+
+    cause: str
+    journal: tuple[str, ...] = ()  # the unit's last journal lines: the node's text, untrusted
+
+
 class Executor(Protocol):
     """What runs on the nodes: the playbooks, or a fake in tests."""
 
-    def start(self, shards: Sequence[ShardFiles]) -> dict[tuple[str, str], str]:
-        """Start these shards (rank 0s: and wait until they serve); failures by
-        (node, unit) → why."""
+    def start(
+        self, shards: Sequence[ShardFiles], verify: Sequence[ShardFiles] = ()
+    ) -> dict[tuple[str, str], ShardFailure]:
+        """Start these shards and check each on its own: its unit active and, for a rank 0,
+        serving (health and its model listed). `verify`: shards started before whose units
+        must still be active. Failures by (node, unit)."""
         ...
 
     def stop(self, stops: Sequence[Stop]) -> dict[tuple[str, str], str]:
@@ -51,19 +65,33 @@ class Router(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class FailedShard:
+    replica: str
+    rank: int
+    node: str
+    unit: str
+    failure: ShardFailure
+
+    def __str__(self) -> str:
+        return f"rank {self.rank} on {self.node}: {self.failure.cause}"
+
+
 @dataclass
 class Outcome:
-    started: list[str] = field(default_factory=list)
+    started: list[str] = field(default_factory=list)  # verified: every rank up, rank 0 serves
     failed: dict[str, str] = field(default_factory=dict)  # replica → why it did not start
+    failed_shards: list[FailedShard] = field(default_factory=list)  # each, with its journal
     stopped: list[str] = field(default_factory=list)
     stop_failures: dict[str, str] = field(default_factory=dict)
+    undrained: dict[str, str] = field(default_factory=dict)  # replica → why it serves on
     phases: list[str] = field(default_factory=list)  # what ran, in order
     ledger: dict[str, Backoff] = field(default_factory=dict)
     route_failures: list[str] = field(default_factory=list)  # router updates that failed
 
     @property
     def complete(self) -> bool:
-        return not self.failed and not self.stop_failures and not self.route_failures
+        return not (self.failed or self.stop_failures or self.undrained or self.route_failures)
 
 
 def apply(
@@ -85,11 +113,12 @@ def apply(
             report(f"starting {len(workers)} worker shard(s)")
             outcome.phases.append("start workers")
             _fail(pending, executor.start(workers), outcome)
-        leaders = [s.leader for s in pending if s.replica not in outcome.failed]
-        if leaders:
-            report(f"starting {len(leaders)} rank-0 shard(s) and waiting until they serve")
+        going = [s for s in pending if s.replica not in outcome.failed]
+        if going:
+            report(f"starting {len(going)} rank-0 shard(s) and waiting until they serve")
             outcome.phases.append("start rank 0")
-            _fail(pending, executor.start(leaders), outcome)
+            verify = [w for start in going for w in start.workers]
+            _fail(pending, executor.start([s.leader for s in going], verify), outcome)
     except BaseException:
         # Interrupted mid-start: no replica may be left half up.
         _stop([_whole(s, "interrupted") for s in pending], executor, outcome, report,
@@ -97,16 +126,24 @@ def apply(
         raise
     outcome.started = [s.replica for s in pending if s.replica not in outcome.failed]
     serving = [s for s in pending if s.replica not in outcome.failed]
-    if (serving or plan.drains) and not _route(router, serving, plan.drains, outcome, report):
+    # Make before break: a replica moved off a drained node goes only once its replacement
+    # serves; if that did not start, the old one serves on, routed as before.
+    outcome.undrained = {
+        stop.replica: f"its replacement {stop.replacement} did not start"
+        for stop in plan.drains
+        if stop.replacement is not None and stop.replacement in outcome.failed
+    }
+    drains = [stop for stop in plan.drains if stop.replica not in outcome.undrained]
+    if (serving or drains) and not _route(router, serving, drains, outcome, report):
         # A router may still send them requests: they serve on until the next pass.
         why = f"not drained: the routers could not be updated first ({outcome.route_failures[-1]})"
-        for stop in plan.drains:
+        for stop in drains:
             outcome.stop_failures[stop.replica] = why
-    elif plan.drains:
+    elif drains:
         # Rank 0 first: it stops taking requests and drains; a worker stopped first would
         # take rank 0 down with it, in-flight requests and all.
-        firsts = [_ranks(stop, lambda rank: rank == 0) for stop in plan.drains]
-        rest = [_ranks(stop, lambda rank: rank > 0) for stop in plan.drains]
+        firsts = [_ranks(stop, lambda rank: rank == 0) for stop in drains]
+        rest = [_ranks(stop, lambda rank: rank > 0) for stop in drains]
         _stop([s for s in firsts if s.shards], executor, outcome, report,
               "drain retired replicas")  # fmt: skip
         if any(s.shards for s in rest):
@@ -143,12 +180,20 @@ def _route(
     return why is None
 
 
-def _fail(starts: Sequence[Start], failures: dict[tuple[str, str], str], outcome: Outcome) -> None:
+def _fail(
+    starts: Sequence[Start], failures: Mapping[tuple[str, str], ShardFailure], outcome: Outcome
+) -> None:
+    """Note every shard that failed, and each replica it fails: why, rank by rank."""
     for start in starts:
-        for files in start.files:
-            why = failures.get((files.node, files.unit))
-            if why is not None and start.replica not in outcome.failed:
-                outcome.failed[start.replica] = f"rank {files.rank} on {files.node}: {why}"
+        found = [
+            FailedShard(start.replica, files.rank, files.node, files.unit, failure)
+            for files in start.files
+            if (failure := failures.get((files.node, files.unit))) is not None
+        ]
+        if found:
+            outcome.failed_shards += found
+            mine = [str(f) for f in outcome.failed_shards if f.replica == start.replica]
+            outcome.failed[start.replica] = "; ".join(mine)
 
 
 def _ranks(stop: Stop, keep: Callable[[int], bool]) -> Stop:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from cli.reconcile.apply import ShardFailure
 from cli.reconcile.planner import Stop
 from cli.shards.ansible import PlaybookRun, run_playbook
 from cli.shards.units import ENV_DIR, RECORD_DIR, UNIT_DIR, ShardFiles, shard_name, unit_name
@@ -26,18 +27,23 @@ class AnsibleExecutor:
         self.on_run = on_run
         self.runs: list[PlaybookRun] = []
 
-    def start(self, shards: Sequence[ShardFiles]) -> dict[tuple[str, str], str]:
+    def start(
+        self, shards: Sequence[ShardFiles], verify: Sequence[ShardFiles] = ()
+    ) -> dict[tuple[str, str], ShardFailure]:
         by_host: dict[str, list[dict[str, Any]]] = {}
-        for files in shards:
-            shard = asdict(files)
-            shard["files"] = [
-                {"path": files.env_path, "content": files.env_text, "mode": 0o600},
-                {"path": files.unit_path, "content": files.unit_text, "mode": 0o644},
-                {"path": files.record_path, "content": files.record_text, "mode": 0o644},
-            ]
+        for files, start in [*((f, True) for f in shards), *((f, False) for f in verify)]:
+            # What the checks see apart from the files, whose environment may hold secrets.
+            check = {"unit": files.unit, "health_url": files.health_url, "model": files.model}
+            shard: dict[str, Any] = {"unit": files.unit, "start": start, "check": check}
+            if start:
+                shard["files"] = [
+                    {"path": files.env_path, "content": files.env_text, "mode": 0o600},
+                    {"path": files.unit_path, "content": files.unit_text, "mode": 0o644},
+                    {"path": files.record_path, "content": files.record_text, "mode": 0o644},
+                ]
             by_host.setdefault(files.node, []).append(shard)
         run = self._run("start_shards.yml", {"modelfleet_shards": by_host}, list(by_host))
-        return _failures(run, {(f.node, f.unit) for f in shards})
+        return start_failures(run, {(f.node, f.unit) for f in [*shards, *verify]})
 
     def stop(self, stops: Sequence[Stop]) -> dict[tuple[str, str], str]:
         by_host: dict[str, list[dict[str, Any]]] = {}
@@ -71,6 +77,34 @@ class AnsibleExecutor:
         self.runs.append(run)
         self.on_run(run)
         return run
+
+
+REPORT_TASK = "Report each shard that did not start"  # start_shards.yml's last task
+
+
+def start_failures(
+    run: PlaybookRun, units: set[tuple[str, str]]
+) -> dict[tuple[str, str], ShardFailure]:
+    """Per (node, unit): why it did not start, with its journal's last lines where the
+    playbook's checks fetched them; else as `_failures` finds it."""
+    found: dict[tuple[str, str], ShardFailure] = {}
+    for event in run.events:
+        key = (event.host, str(event.item))
+        if event.task == REPORT_TASK and event.status == "failed" and key in units:
+            found.setdefault(key, _reported(event.msg))
+    for key, why in _failures(run, units).items():
+        found.setdefault(key, ShardFailure(why))
+    return found
+
+
+def _reported(message: str) -> ShardFailure:
+    """The report task's message: JSON with the cause and the journal, or else the text."""
+    try:
+        data = json.loads(message)
+        cause, journal = data["cause"], data["journal"]
+    except (ValueError, TypeError, KeyError):
+        return ShardFailure(message)
+    return ShardFailure(str(cause), tuple(str(line) for line in journal or ()))
 
 
 def _failures(run: PlaybookRun, units: set[tuple[str, str]]) -> dict[tuple[str, str], str]:

@@ -47,7 +47,8 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
             "status": status,
             "item": label if isinstance(label, str | int | float | type(None)) else str(label),
             "changed": bool(data.get("changed", False)),
-            "msg": str(data.get("msg", ""))[:500] if status != "ok" else "",
+            # Room for a failed shard's cause and journal lines (start_shards.yml's report).
+            "msg": str(data.get("msg", ""))[:8000] if status != "ok" else "",
         }
         self._out.write(json.dumps(event) + "\n")
         self._out.flush()

@@ -8,8 +8,10 @@ routed and every one routed before its rank 0 served.
 
 It is no more forgiving than a node: a shard asking for a GPU another of its shards holds
 fails to start (CUDA would refuse the memory), and so does one whose port or rendezvous
-port is already bound there (the engine's bind fails: "address already in use"). A stop
-can be made to fail, as a unit that will not stop does.
+port is already bound there (the engine's bind fails: "address already in use"). A shard
+can be made to fail at start, or to die after its unit started (found when its replica's
+rank 0 is checked, as the playbook's checks find it), each with the journal lines its node
+would send. A stop can be made to fail, as a unit that will not stop does.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from cli.cluster.snapshot import Snapshot, with_shards
 from cli.facts.model import ShardRecord
+from cli.reconcile.apply import ShardFailure
 from cli.reconcile.planner import Start, Stop
 from cli.shards.engines import RENDEZVOUS_OFFSET
 from cli.shards.units import ShardFiles, unit_name
@@ -37,36 +40,61 @@ def _ports(record: ShardRecord) -> set[int]:
 class FakeFleet:
     records: dict[tuple[str, str], ShardRecord] = field(default_factory=dict)  # (node, unit)
     fail: set[tuple[str, int]] = field(default_factory=set)  # (replica, rank) that won't start
+    die: set[tuple[str, int]] = field(default_factory=set)  # start, then exit before checked
+    journal: dict[tuple[str, int], tuple[str, ...]] = field(default_factory=dict)
     fail_stop: set[str] = field(default_factory=set)  # replicas whose units will not stop
     interrupt_on_rank0: bool = False
     calls: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    verified: list[tuple[str, ...]] = field(default_factory=list)  # per start: shards checked
     routed: set[str] = field(default_factory=set)  # replicas the router sends requests to
     route_error: str | None = None  # set: every router update fails with this
     stopped_while_routed: list[str] = field(default_factory=list)
     routed_before_serving: list[str] = field(default_factory=list)
 
-    def start(self, shards: Sequence[ShardFiles]) -> dict[tuple[str, str], str]:
+    def start(
+        self, shards: Sequence[ShardFiles], verify: Sequence[ShardFiles] = ()
+    ) -> dict[tuple[str, str], ShardFailure]:
         self.calls.append(("start", tuple(f"{f.replica}/{f.rank}" for f in shards)))
+        self.verified.append(tuple(f"{f.replica}/{f.rank}" for f in verify))
         if self.interrupt_on_rank0 and any(f.rank == 0 for f in shards):
             for files in shards:  # some got started before the operator pressed Ctrl-C
                 self.records[(files.node, files.unit)] = ShardRecord.model_validate_json(
                     files.record_text
                 )
             raise KeyboardInterrupt
-        failures = {}
+        failures: dict[tuple[str, str], ShardFailure] = {}
         for files in shards:
+            key = (files.replica, files.rank)
             record = ShardRecord.model_validate_json(files.record_text)
             clash = self._clash(files.node, record)
+            journal = self.journal.get(key, ())
             if clash is not None:
-                failures[(files.node, files.unit)] = clash
-            elif (files.replica, files.rank) in self.fail:
+                failures[(files.node, files.unit)] = ShardFailure(clash, journal)
+            elif key in self.fail or key in self.die:
                 self.records[(files.node, files.unit)] = record.model_copy(
                     update={"state": "failed"}
                 )
-                failures[(files.node, files.unit)] = "health check timed out"
+                if key in self.fail:
+                    why = "not healthy after 600 s"
+                    failures[(files.node, files.unit)] = ShardFailure(why, journal)
+                elif files.rank == 0:  # the health check sees it go
+                    why = "unit failed: its process exited with status 1"
+                    failures[(files.node, files.unit)] = ShardFailure(why, journal)
             else:
                 self.records[(files.node, files.unit)] = record
+        for files in verify:
+            found = self.records.get((files.node, files.unit))
+            if found is None or found.state != "running":
+                why = "unit failed: its process exited with status 1"
+                journal = self.journal.get((files.replica, files.rank), ())
+                failures[(files.node, files.unit)] = ShardFailure(why, journal)
         return failures
+
+    def adopt(self, snapshot: Snapshot) -> None:
+        """Run what `snapshot`'s nodes report, as if started before."""
+        for node in snapshot.nodes:
+            for record in node.shards:
+                self.records[(node.name, unit_name(record.replica, record.rank))] = record
 
     def _clash(self, node: str, record: ShardRecord) -> str | None:
         """Why `record` cannot start beside what already runs on `node`, or None."""

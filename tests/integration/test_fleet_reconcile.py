@@ -207,3 +207,61 @@ def test_reconcile_runs_the_catalog_and_recovers_without_an_operator(
     result = ctl("reconcile")
     assert ctl.shards() == {}, result.stdout + result.stderr
     assert datetime.now(UTC)  # the steps above ran against the real clock
+
+
+STARTS_AND_FAILURES = """\
+models:
+  good:
+    source: hf://org/good
+    profiles:
+      - {name: l40s, priority: 1, engine: vllm, gpu_class: L40S, gpus_per_node: 1}
+  badargs:
+    source: hf://org/badargs
+    profiles:
+      - {name: l40s, priority: 1, engine: vllm, gpu_class: L40S, gpus_per_node: 1,
+         args: [--max-model-len, lots]}
+  noexec:
+    source: file:///srv/models/noexec.gguf
+    profiles:
+      - {name: l40s, priority: 1, engine: llama.cpp, gpu_class: L40S, gpus_per_node: 1}
+"""
+
+
+def test_a_start_is_reported_only_when_verified_each_shard_on_its_own(
+    fleet_exclusive: LiveFleet, tmp_path: Path
+) -> None:
+    """On node-3 (the only L40S node): `noexec` cannot even be executed (its llama-server is
+    gone: systemctl start fails), `badargs` starts and exits at once on a bad argument, and
+    `good` serves. A failed start on the node spares no other shard its checks."""
+    fleet = fleet_exclusive
+    ctl = ctl_on_standins(fleet, tmp_path, STARTS_AND_FAILURES)
+    node = "node-3"
+    fleet.ssh(node, "rm -f /usr/local/bin/llama-server")
+    try:
+        result = ctl("reconcile")
+    finally:
+        fleet.ssh(node, "cp /usr/local/bin/vllm /usr/local/bin/llama-server")
+    out = result.stdout
+    assert result.returncode == 1, out + result.stderr
+    assert re.findall(r"^started (\S+)$", out, re.MULTILINE) == ["good-1"], out
+    assert (
+        "FAILED badargs-1: rank 0 on node-3: unit failed: its process exited with status 2"
+        " — stopped whole" in out
+    ), out
+    assert "FAILED noexec-1: rank 0 on node-3: unit failed: its command could not be run" in out
+    print(out)  # what an operator reads (pytest -s)
+    # Each failure comes with its unit's journal, fetched from the node, as text.
+    journal = out.split("modelfleet-badargs-1-rank0.service on node-3, its journal's last lines:")
+    assert len(journal) == 2, out
+    assert "argument --max-model-len: invalid size value: 'lots'" in journal[1], out
+    noexec = out.split("modelfleet-noexec-1-rank0.service on node-3, its journal's last lines:")
+    assert len(noexec) == 2, out
+    noexec_journal = noexec[1].split("\nFAILED")[0]
+    assert "Failed to locate executable llama-server" in noexec_journal, out
+    assert "-- Boot" not in noexec_journal, out  # this run's lines, not an earlier boot's
+    running = ctl.shards()
+    assert list(running) == ["good-1"], running  # the failed ones are stopped whole
+    address, record = rank0(fleet, running["good-1"])
+    chat(address, record.port or 0, "good")
+    for name in fleet.names[:3]:
+        fleet.ssh(name, CLEAN)

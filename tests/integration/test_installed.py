@@ -33,6 +33,7 @@ PLAYBOOKS = {
     "start_shards.yml",
     "stop_shards.yml",
     "library/modelfleet_files.py",
+    "library/modelfleet_verify.py",
     "callback_plugins/modelfleet_events.py",
 }
 IN_WHEEL = "cli/_data/playbooks/"

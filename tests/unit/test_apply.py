@@ -58,7 +58,7 @@ def test_a_rank_that_does_not_start_gets_its_replica_stopped_whole_and_backed_of
     fake = FakeFleet(fail={("big-1", 1)})
     the_plan = plan(MODELS, FLEET, {}, ADDRESSES, random.Random(1))
     outcome = apply(the_plan, fake, NOW, random.Random(1))
-    assert outcome.failed == {"big-1": "rank 1 on hgx-4: health check timed out"}
+    assert outcome.failed == {"big-1": "rank 1 on hgx-4: not healthy after 600 s"}
     assert "big-1" not in fake.running()  # rank 0 was never started, rank 1 removed
     assert [verb for verb, _ in fake.calls] == ["start", "start", "stop"]
     assert "big-1/0" not in fake.calls[1][1]  # no rank 0 for a replica whose worker failed
@@ -158,3 +158,59 @@ def test_a_replica_whose_units_will_not_stop_is_reported_not_stopped() -> None:
     assert "gone-1" not in outcome.stopped
     assert "gone-1" in fake.running()
     assert not outcome.complete
+
+
+ONE_NODE = snapshot(hgx("hgx-1", fabrics=FABRIC))
+TWO_SMALL = catalog(
+    """\
+    models:
+      good:
+        source: hf://org/good
+        profiles:
+          - {name: x1, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 1}
+      bad:
+        source: hf://org/bad
+        profiles:
+          - {name: x1, priority: 1, engine: llama.cpp, gpu_class: H100, gpus_per_node: 1}
+    """
+)
+
+
+def test_a_failed_start_beside_a_working_one_fails_only_its_own_replica() -> None:
+    journal = ("bad-1: error: invalid argument '--ctx-size': 'lots'", "exited with status 1")
+    fake = FakeFleet(fail={("bad-1", 0)}, journal={("bad-1", 0): journal})
+    the_plan = plan(TWO_SMALL, ONE_NODE, {}, ADDRESSES, random.Random(1))
+    assert sorted({f.node for s in the_plan.starts for f in s.files}) == ["hgx-1"]
+    outcome = apply(the_plan, fake, NOW, random.Random(1))
+    assert outcome.started == ["good-1"]
+    assert outcome.failed == {"bad-1": "rank 0 on hgx-1: not healthy after 600 s"}
+    (failed,) = outcome.failed_shards
+    assert (failed.replica, failed.rank, failed.node) == ("bad-1", 0, "hgx-1")
+    assert failed.unit == "modelfleet-bad-1-rank0.service"
+    assert failed.failure.journal == journal
+    assert fake.running() == {"good-1"}
+    assert not outcome.complete
+
+
+def test_a_worker_that_died_after_it_started_fails_its_replica_whole() -> None:
+    fake = FakeFleet(die={("big-1", 1)})
+    the_plan = plan(MODELS, FLEET, {}, ADDRESSES, random.Random(1))
+    outcome = apply(the_plan, fake, NOW, random.Random(1))
+    # Rank 0 was started, and its worker checked once rank 0 had been waited for.
+    assert fake.verified == [(), ("big-1/1",)]
+    assert outcome.failed == {"big-1": "rank 1 on hgx-4: unit failed: its process exited"
+                                       " with status 1"}  # fmt: skip
+    assert "big-1" not in outcome.started and "big-1" not in fake.running()
+    assert sorted(outcome.started) == ["small-1", "small-2"]
+    assert outcome.ledger["big"].failures == 1
+
+
+def test_every_failed_rank_of_a_replica_is_named() -> None:
+    fake = FakeFleet(fail={("big-1", 0)}, die={("big-1", 1)})
+    outcome = apply(plan(MODELS, FLEET, {}, ADDRESSES, random.Random(1)), fake, NOW,
+                    random.Random(1))  # fmt: skip
+    assert outcome.failed["big-1"] == (
+        "rank 0 on hgx-3: not healthy after 600 s;"
+        " rank 1 on hgx-4: unit failed: its process exited with status 1"
+    )
+    assert [(f.rank, f.node) for f in outcome.failed_shards] == [(0, "hgx-3"), (1, "hgx-4")]

@@ -8,10 +8,12 @@ from __future__ import annotations
 import random
 from datetime import timedelta
 
+from cli.reconcile.apply import apply
 from cli.reconcile.backoff import Backoff
 from cli.reconcile.planner import Plan, plan
 from cli.ui.plan import render_plan
 from tests.builders import NOW, NodeSpec, catalog, hgx, shard, singletons, snapshot
+from tests.fakes.executor import FakeFleet
 
 MODELS = catalog(
     """\
@@ -132,3 +134,28 @@ def test_a_replacement_short_because_of_a_lost_replica_keeps_the_drained_one() -
     assert [(s.replica, s.placement.shards[0].node) for s in result.starts] == [("chat-3", "hgx-3")]
     assert result.drains == ()
     assert [(k.replica, k.undrained) for k in result.leaves] == [("chat-1", True)]
+
+
+def test_the_old_replica_is_withdrawn_and_drained_only_after_its_replacement_serves() -> None:
+    nodes = fleet()
+    fake = FakeFleet(routed={"chat-1", "chat-2", "embed-1"})
+    fake.adopt(snapshot(*nodes))
+    outcome = apply(drain_plan(*nodes), fake, NOW, random.Random(1), router=fake)
+    assert [verb for verb, _ in fake.calls] == ["start", "route", "stop"]
+    assert fake.calls[1] == ("route", ("+chat-3", "-chat-1"))
+    assert fake.calls[2] == ("stop", ("chat-1",))
+    assert fake.routed_before_serving == [] and fake.stopped_while_routed == []
+    assert outcome.complete
+    assert fake.running() == {"chat-2", "chat-3", "embed-1"}
+
+
+def test_a_replacement_that_does_not_start_leaves_the_old_replica_serving_and_routed() -> None:
+    nodes = fleet()
+    fake = FakeFleet(routed={"chat-1", "chat-2", "embed-1"}, fail={("chat-3", 0)})
+    fake.adopt(snapshot(*nodes))
+    outcome = apply(drain_plan(*nodes), fake, NOW, random.Random(1), router=fake)
+    assert "chat-1" in fake.running() and "chat-1" in fake.routed
+    assert "chat-3" not in fake.running()
+    assert outcome.undrained == {"chat-1": "its replacement chat-3 did not start"}
+    assert ("route", ("-chat-1",)) not in fake.calls
+    assert not outcome.complete
