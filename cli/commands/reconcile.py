@@ -68,12 +68,21 @@ def drain(
         str, typer.Option("--reason", "-r", help="Why, for the cordon it sets.")
     ] = "drained",
     dry_run: DryRunOption = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Drain even the replicas no replacement can be placed for: they are lost.",
+        ),
+    ] = False,
     catalog: CatalogOption = DEFAULT_CATALOG,
     inventory: InventoryOption = DEFAULT_INVENTORY,
 ) -> None:
     """Cordon NODE, then move its replicas elsewhere, each serving before the old one drains.
 
-    The pass also does whatever else reconcile would."""
+    A replica for which no replacement can be placed, or whose replacement does not start,
+    is left running (exit code 1) unless --force. --dry-run shows the plan drain carries
+    out. The pass also does whatever else reconcile would."""
     from cli.commands.inputs import require_tools
     from cli.inventory.edit import cordon_node
     from cli.inventory.load import load_inventory
@@ -86,7 +95,9 @@ def drain(
     if not dry_run and host.vars.cordoned is None:
         with console.input_errors():
             console.out.print(cordon_node(inventory, node, reason), markup=False)
-    raise SystemExit(reconcile_pass(context, catalog, inventory, None, dry_run, frozenset({node})))
+    evict = frozenset({node})
+    code = reconcile_pass(context, catalog, inventory, None, dry_run, evict, force, reason)
+    raise SystemExit(code)
 
 
 def reconcile_pass(
@@ -96,9 +107,12 @@ def reconcile_pass(
     facts_dir: Path | None,
     dry_run: bool,
     evict: frozenset[str] = frozenset(),
+    force: bool = False,
+    cordon: str | None = None,
 ) -> int:
     from cli.commands.inputs import app_context, read_catalog, read_fleet, require_tools
     from cli.ops.reconcile import plan_pass
+    from cli.reconcile.planner import DRAINING
     from cli.ui import console
     from cli.ui.plan import render_plan
 
@@ -106,7 +120,8 @@ def reconcile_pass(
         require_tools("ansible-playbook")  # before anything is gathered, planned or said
     loaded = read_catalog(catalog_path)
     fleet = read_fleet(context, inventory_path, facts_dir)
-    the_plan = plan_pass(app_context(context), loaded, fleet, inventory_path, evict)
+    options = app_context(context)
+    the_plan = plan_pass(options, loaded, fleet, inventory_path, evict, force, cordon or DRAINING)
     console.print_lines(render_plan(the_plan))
     if dry_run:
         incomplete = bool(the_plan.unplaced) or fleet.partial

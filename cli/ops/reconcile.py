@@ -18,7 +18,7 @@ from cli.ops.context import AppContext
 from cli.ops.fleet import Fleet, rank_networks, serving_addresses
 from cli.reconcile.apply import Outcome, apply
 from cli.reconcile.ledger import ledger_path, load_ledger, save_ledger
-from cli.reconcile.planner import Plan, plan
+from cli.reconcile.planner import DRAINING, Plan, cordoned, plan
 from cli.routes.deploy import PlaybookRouter, RouterDeployer, router_hosts
 from cli.shards.ansible import PlaybookRun
 from cli.shards.executor import AnsibleExecutor
@@ -44,15 +44,20 @@ def plan_pass(
     fleet: Fleet,
     inventory_path: Path,
     evict: frozenset[str] = frozenset(),
+    force: bool = False,
+    cordon: str = DRAINING,
 ) -> Plan:
-    """The plan that brings `fleet` to `catalog`; `evict`: nodes being drained."""
+    """The plan that brings `fleet` to `catalog`; `evict`: nodes being drained, planned as
+    cordoned with reason `cordon` (the dry run's plan is the pass's, whose cordon is
+    written); `force`: drain even a replica no replacement is found for."""
     addresses, listen = serving_addresses(fleet.inventory)
     networks = rank_networks(fleet.inventory)
     ledger = load_ledger(ledger_file(options, inventory_path))
     # No rng: each failure's jitter comes from the failure itself, so the same inputs give
     # the same plan in a dry run and in the pass (and in `ctl place --all --dry-run`).
+    snapshot = cordoned(fleet.snapshot, dict.fromkeys(evict, cordon))
     return plan(
-        catalog, fleet.snapshot, ledger, addresses, None, evict, listen=listen,
+        catalog, snapshot, ledger, addresses, None, evict, listen=listen, force=force,
         networks=networks,
     )  # fmt: skip
 
