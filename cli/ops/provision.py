@@ -6,14 +6,22 @@ agent's address.
 
 Idempotent by name: a VM that has the name already is reported and taken from where it
 stands (configured? big enough? running? an address?); several with the name is an error.
-Whatever fails after the clone, Ctrl-C included, stops and destroys the VM this run made
-(never one it found), after waiting for a clone task that Proxmox keeps running; when that
-fails too, the result says which vmid is left and how to remove it.
+
+The clone carries this run's marker (`modelfleet-run-<id>` in its description). Whatever
+Proxmox refuses after the clone, Ctrl-C included, stops and destroys the VM this run made
+(never one it found), after waiting for a clone task that Proxmox keeps running, and only
+once its config, read back right before the stop and again before the destroy, holds the
+marker: a vmid that holds anything else is someone else's, and is left alone and reported.
+A missing answer (a lost connection, pveproxy's 595–599 when it cannot reach the node) is
+retried while waiting and never destroys anything: when it outlasts the step's timeout the
+VM is left, and rerunning goes on from where it stands. When the cleanup fails, the result
+says which vmid is left and how to remove it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -76,6 +84,7 @@ class ProvisionError(Exception):
         self.code = code
         self.cleanup: list[str] = []
         self.left_over: int | None = None  # the vmid still there when cleanup failed
+        self.no_answer = False  # Proxmox did not answer (not a refusal): nothing is destroyed
 
 
 class _TaskFailedError(Exception):
@@ -107,13 +116,16 @@ class _Entry:
 class _Poll:
     last_problem: str | None = None
     warned: bool = False
+    unanswered: bool = False  # the last try got no answer (a lost connection, a 59x)
     notes: list[str] = field(default_factory=list)
 
 
 def explain(problem: ProxmoxError) -> ProvisionError:
     """A Proxmox refusal or a missing answer, said for an operator, with what to do."""
     if isinstance(problem, UnreachableError):
-        return ProvisionError(str(problem))
+        error = ProvisionError(str(problem))
+        error.no_answer = True
+        return error
     assert isinstance(problem, ApiError)
     text = problem.describe()
     if problem.status == 401:
@@ -156,8 +168,11 @@ class Provisioner:
         limits: Limits = Limits(),
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        run_id: str | None = None,
     ) -> None:
         self.api = api
+        self.run_id = run_id or secrets.token_hex(6)
+        self.marker = plan.run_marker(self.run_id)
         self.options = options
         self.reporter = reporter
         self.limits = limits
@@ -177,7 +192,10 @@ class Provisioner:
         except ProxmoxError as problem:
             error = explain(problem)
         if self._made is not None:
-            self._discard(self._made, error)
+            if error.no_answer:
+                self._unanswered(self._made, error)
+            else:
+                self._discard(self._made, error)
         raise error
 
     def _run(self) -> Outcome:
@@ -305,13 +323,17 @@ class Provisioner:
                 newid = plan.parse_nextid(self.api.call(plan.nextid_call()))
             except ValueError as error:
                 raise ProvisionError(str(error)) from None
-            self.reporter.step(f"cloning {source} to vmid {newid} on {options.node} (full clone)")
+            self.reporter.step(
+                f"cloning {source} to vmid {newid} on {options.node} (full clone, "
+                f"marked {self.marker})"
+            )
             self._made = _Made(newid, options.node)
+            call = plan.clone_call(options, template.node, template.vmid, newid, self.marker)
             try:
-                upid = self.api.call(plan.clone_call(options, template.node, template.vmid, newid))
+                upid = self.api.call(call)
             except ApiError as error:
                 self._made = None  # refused before its worker started: nothing was made
-                if _taken(error.message, newid):
+                if plan.vmid_taken(error.message, newid):
                     self._retry_note(newid)
                     continue
                 raise
@@ -320,7 +342,7 @@ class Provisioner:
                 self._task(str(upid), "the clone", node=template.node)
             except _TaskFailedError as failed:
                 self._made.clone_over = True
-                if _taken(failed.exitstatus, newid):
+                if plan.vmid_taken(failed.exitstatus, newid):
                     self._made = None  # the other VM is not ours to touch
                     self._retry_note(newid)
                     continue
@@ -396,7 +418,9 @@ class Provisioner:
     def _poll(self, what: str, probe: Callable[[_Poll], T | None], limit: float) -> T:
         """Call `probe` until it returns something, backing off, for `limit` seconds at most.
 
-        A missing answer (UnreachableError) is a blip while waiting: it is retried, not fatal.
+        A missing answer (UnreachableError: a lost or refused connection, a timeout, or
+        pveproxy's 595–599 when it cannot reach the node) is a blip while waiting: it is
+        retried, not fatal. Giving up when the last try got no answer is `no_answer`.
         """
         state = _Poll()
         start = self.clock()
@@ -405,8 +429,10 @@ class Provisioner:
         while True:
             try:
                 result = probe(state)
+                state.unanswered = False
             except UnreachableError as problem:
                 state.last_problem = str(problem)
+                state.unanswered = True
                 if not state.warned:
                     self.reporter.warn(f"{problem}; retrying while {what}")
                     state.warned = True
@@ -416,7 +442,9 @@ class Provisioner:
             now = self.clock()
             if now - start >= limit:
                 detail = f" (last: {state.last_problem})" if state.last_problem else ""
-                raise ProvisionError(f"gave up after {limit:.0f} s {what}{detail}")
+                gave_up = ProvisionError(f"gave up after {limit:.0f} s {what}{detail}")
+                gave_up.no_answer = state.unanswered
+                raise gave_up
             if now >= next_report:
                 self.reporter.waiting(what, now - start, limit)
                 next_report += self.limits.report_every
@@ -463,9 +491,15 @@ class Provisioner:
         )
         return [f"task log: {text}" for text in texts[-LOG_TAIL:]]
 
-    def _wait_unlocked(self, vm: VmRef) -> None:
+    def _wait_unlocked(self, vm: VmRef, *, missing_ok: bool = False) -> None:
         def probe(state: _Poll) -> bool | None:
-            config = self._call_dict(plan.config_get_call(vm.node, vm.vmid))
+            if missing_ok:
+                found = self._config_or_none(vm.node, vm.vmid)
+                if found is None:
+                    return True
+                config = found
+            else:
+                config = self._call_dict(plan.config_get_call(vm.node, vm.vmid))
             lock = config.get("lock")
             if not lock:
                 return True
@@ -510,7 +544,6 @@ class Provisioner:
 
     def _discard(self, made: _Made, error: ProvisionError) -> None:
         """Stop and destroy the VM this run made; say what became of it in `error.cleanup`."""
-        name = self.options.name
         try:
             if made.upid is not None and not made.clone_over:
                 self.reporter.step(
@@ -520,19 +553,17 @@ class Provisioner:
                 with contextlib.suppress(_TaskFailedError):
                     self._task(made.upid, "the clone")
                 made.clone_over = True
-            config = self._config_or_none(made.node, made.vmid)
-            if config is None:
-                error.cleanup.append(f"nothing is left of vmid {made.vmid}: Proxmox removed it")
+            if made.upid is None:  # the clone request was interrupted: wait for a clone
+                self._wait_unlocked(VmRef(made.vmid, made.node), missing_ok=True)
+            if not self._ours(made, error):
                 return
-            if made.upid is None:  # the clone request got no answer: is it ours?
-                self._wait_unlocked(VmRef(made.vmid, made.node))
-                config = self._config_or_none(made.node, made.vmid) or {}
-                if config.get("name") != name:
-                    error.cleanup.append(f"vmid {made.vmid} is not named {name}: left alone")
-                    return
             self.reporter.step(f"removing the half-made VM: vmid {made.vmid}")
             if self._running(VmRef(made.vmid, made.node)):
+                if not self._ours(made, error):
+                    return
                 self._task(self.api.call(plan.stop_call(made.node, made.vmid)), "the stop")
+            if not self._ours(made, error):
+                return
             self._task(self.api.call(plan.destroy_call(made.node, made.vmid)), "the destroy")
             error.cleanup.append(f"removed the half-made VM (vmid {made.vmid})")
         except KeyboardInterrupt:
@@ -542,6 +573,41 @@ class Provisioner:
             if isinstance(problem, ProvisionError) and problem.details:
                 reason += "\n" + "\n".join(problem.details)
             self._left(made, error, f"could not remove it: {reason}")
+
+    def _ours(self, made: _Made, error: ProvisionError) -> bool:
+        """Read the config back now: True when it holds this run's marker.
+
+        Otherwise say what became of the vmid in `error.cleanup`: gone, or someone else's
+        (left alone, with what it holds; exit 1).
+        """
+        config = self._config_or_none(made.node, made.vmid)
+        if config is None:
+            error.cleanup.append(f"nothing is left of vmid {made.vmid}: Proxmox removed it")
+            return False
+        if plan.marked(config, self.marker):
+            return True
+        error.code = 1
+        error.cleanup.append(
+            f"vmid {made.vmid} on node {made.node} is not the VM this run made: its description "
+            f"lacks {self.marker} (found: {plan.found_text(config)}); left alone"
+        )
+        return False
+
+    def _unanswered(self, made: _Made, error: ProvisionError) -> None:
+        """No answer from Proxmox is not a refusal: the VM is left as it is, never destroyed."""
+        error.left_over = made.vmid
+        if made.upid is None:
+            error.cleanup.append(
+                f"vmid {made.vmid} ({self.options.name}) may have been made on node "
+                f"{made.node}: the clone got no answer, so ctl removed nothing"
+            )
+        else:
+            error.cleanup.append(
+                f"vmid {made.vmid} ({self.options.name}) is left on node {made.node}: Proxmox "
+                "did not answer, so ctl removed nothing"
+            )
+        error.cleanup.append("run the same command again to go on from where it stands")
+        error.cleanup += plan.removal_commands(made.node, made.vmid)
 
     def _left(self, made: _Made, error: ProvisionError, why: str) -> None:
         error.left_over = made.vmid
@@ -566,11 +632,6 @@ class Provisioner:
 
     def _running(self, vm: VmRef) -> bool:
         return self._call_dict(plan.vm_status_call(vm.node, vm.vmid)).get("status") == "running"
-
-
-def _taken(text: str, vmid: int) -> bool:
-    """Proxmox's answer when the vmid's config file exists (PVE/API2/Qemu.pm clone_vm)."""
-    return f"unable to create VM {vmid}: config file already exists" in text
 
 
 def _failed(what: str, exitstatus: str) -> str:

@@ -38,7 +38,36 @@ class ApiError(ProxmoxError):
 
 
 class UnreachableError(ProxmoxError):
-    """No answer: the connection, TLS verification or the request's timeout failed."""
+    """No answer: the connection, TLS verification or the request's timeout failed.
+
+    Whether the call was carried out is unknown. The steps retry these while they wait, and
+    never take one for a refusal: nothing is destroyed because of a missing answer.
+    """
+
+
+class RelayError(UnreachableError):
+    """pveproxy answered 595–599: it could not relay the call to the node that serves it.
+
+    pveproxy (pve-http-server PVE/APIServer/AnyEvent.pm, `proxy_request`) forwards a call for
+    another node with AnyEvent::HTTP and passes its status and reason on as they are. For an
+    error of its own AnyEvent::HTTP makes up a status 590–599 and puts the error text in the
+    reason ("595 - errors during connection establishment, proxy handshake", e.g. "No route
+    to host" or "Connection refused"; "596 - errors during TLS negotiation, request sending
+    and header processing", e.g. "Broken pipe"; 597 while receiving the body; 598 aborted;
+    599 other). No node refused anything: the answer was lost on the way.
+    """
+
+    def __init__(self, call: ApiCall, status: int, reason: str) -> None:
+        self.call = call
+        self.status = status
+        self.reason = reason.strip()
+        super().__init__(
+            f"{call.method} {call.path}: {status} {self.reason} (pveproxy could not relay the "
+            "call to the node)"
+        )
+
+
+RELAY_STATUSES = range(595, 600)
 
 
 class Api(Protocol):

@@ -24,7 +24,15 @@ Proxmox rules followed here, with where they come from:
 - sizes are `\\+?\\d+(\\.\\d+)?[KMGT]?` in powers of 1024 (PVE/API2/Qemu.pm resize_vm;
   PVE/JSONSchema.pm `parse_size`/`format_size`);
 - a task's `exitstatus` is `OK`, `WARNINGS: N` (both success) or the error text
-  (pve-common PVE/UPID.pm `read_status`, `status_is_error`).
+  (pve-common PVE/UPID.pm `read_status`, `status_is_error`);
+- the clone's only free-text parameter is `description` (qemu-server PVE/API2/Qemu.pm
+  `clone_vm`: node, vmid, newid, name, description, pool, snapname, storage, format, full,
+  target, bwlimit; no `tags`), written into the new config by the clone's own worker: so
+  the run's marker, `modelfleet-run-<id>`, goes there. (It would be a valid tag too,
+  pve-common PVE/JSONSchema.pm `pve-tag`: `[a-z0-9_][a-z0-9_\\-+.]*`, but a tag could only
+  come with the later config update, and a VM whose clone has just ended has none.)
+  Proxmox keeps the description as `#` comment lines and gives it back line for line,
+  trailing blanks stripped (qemu-server PVE/QemuServer.pm `parse_vm_config`).
 """
 
 from __future__ import annotations
@@ -48,11 +56,13 @@ DEFAULT_USER = "llm"
 TAG = "modelfleet"  # tags every VM ctl makes, so people can tell them apart in the GUI
 DESTROY_PARAMS = (("purge", "1"), ("destroy-unreferenced-disks", "1"))
 TASK_LOG_LIMIT = 500  # lines fetched from a failed task's log; the last ones are shown
+MARKER_PREFIX = "modelfleet-run-"  # + the run id: the description line a clone is made with
 
 Method = Literal["GET", "POST", "PUT", "DELETE"]
 
 # Placeholders in --dry-run output, for what only Proxmox can say.
 NEW_VMID = "<vmid>"
+RUN_ID = "<run id>"
 UPID = "<upid>"
 BOOT_DISK = "<boot disk>"
 
@@ -507,9 +517,15 @@ def nextid_call() -> ApiCall:
 
 
 def clone_call(
-    options: ProvisionOptions, template_node: str, template_vmid: VmId, newid: VmId
+    options: ProvisionOptions, template_node: str, template_vmid: VmId, newid: VmId, marker: str
 ) -> ApiCall:
-    params = [("newid", str(newid)), ("name", options.name), ("full", flag(True))]
+    """The full clone, named, with the run's marker as its description (see `marked`)."""
+    params = [
+        ("newid", str(newid)),
+        ("name", options.name),
+        ("full", flag(True)),
+        ("description", marker),
+    ]
     if options.storage is not None:
         params.append(("storage", options.storage))
     if template_node != options.node:
@@ -574,8 +590,9 @@ def dry_run_calls(options: ProvisionOptions) -> list[PlannedCall]:
         PlannedCall(list_vms_call(), f"look for a VM named {options.name}, and the template"),
         PlannedCall(nextid_call(), "a free vmid (a new one if the clone finds it taken)"),
         PlannedCall(
-            clone_call(options, node, template_vmid, NEW_VMID),
-            f"full clone; asked of the template's node, with target={node} when that is another",
+            clone_call(options, node, template_vmid, NEW_VMID, run_marker(RUN_ID)),
+            f"full clone; asked of the template's node, with target={node} when that is another;"
+            " the description marks it as this run's",
         ),
         PlannedCall(task_status_call(node, UPID), "until stopped; OK or WARNINGS: N is success"),
         PlannedCall(config_get_call(node, NEW_VMID), "what the clone holds: the boot disk"),
@@ -627,6 +644,68 @@ def parse_upid(text: str) -> Upid | None:
 def exit_ok(exitstatus: str) -> bool:
     """`OK` and `WARNINGS: N` are success; anything else is the error (PVE/UPID.pm)."""
     return exitstatus == "OK" or bool(_WARNINGS.match(exitstatus))
+
+
+def run_marker(run_id: str) -> str:
+    """The description line a run clones with, and looks for before destroying anything."""
+    return f"{MARKER_PREFIX}{run_id}"
+
+
+def marked(config: Mapping[str, Any], marker: str) -> bool:
+    """Whether `config` is the VM made by the run whose marker this is: a line of its
+    description is the marker itself, nothing more."""
+    description = config.get("description")
+    if not isinstance(description, str):
+        return False
+    return any(line.strip() == marker for line in description.splitlines())
+
+
+def found_text(config: Mapping[str, Any]) -> str:
+    """What a VM that is not ours holds, for the message that says it is left alone."""
+    parts = [f"named {config['name']}" if config.get("name") else "without a name"]
+    description = str(config.get("description") or "").strip()
+    first = description.splitlines()[0].strip() if description else ""
+    if not first:
+        parts.append("no description")
+    else:
+        shown = first if len(first) <= 60 else first[:57] + "..."
+        parts.append(f"description {shown!r}")
+    if config.get("lock"):
+        parts.append(f"locked ({config['lock']})")
+    if config.get("tags"):
+        parts.append(f"tags {config['tags']}")
+    return ", ".join(parts)
+
+
+def vmid_taken(text: str, vmid: int) -> bool:
+    """Whether Proxmox's error says another VM has `vmid`: the id is taken, nothing was made.
+
+    - `unable to create VM N: config file already exists`: the clone's own check of the
+      node's config file, before forking and again in the worker (qemu-server
+      PVE/API2/Qemu.pm `clone_vm`, `$load_and_check`);
+    - `close (rename) atomic file '/etc/pve/nodes/NODE/qemu-server/N.conf' failed: File
+      exists`: the worker writes its temporary config (`lock: clone`) with
+      PVE::Tools::file_set_contents (pve-common PVE/File.pm `file_set_contents`: write a
+      temporary file, rename it over the config), and pmxcfs refuses that rename with
+      EEXIST when the vmid belongs to a VM on another node (pve-cluster
+      src/pmxcfs/memdb.c `memdb_rename`, `vmlist_different_vm_exists`). The check before
+      it only looks at the local node's file, so this is what a VM made on the target
+      node (or any other) after /cluster/nextid gives; it dies outside the worker's
+      eval, so it is the task's whole exit status, without "clone failed: ";
+    - `VM N already exists` (pve-manager PVE/API2/Cluster.pm `nextid` with a vmid) and
+      `VM N already exists on node 'X'` (pve-cluster PVE/Cluster.pm `check_vmid_unused`,
+      for create_and_lock_config).
+    """
+    if f"unable to create VM {vmid}: config file already exists" in text:
+        return True
+    if re.search(rf"\bVM {vmid} already exists\b", text):
+        return True
+    return bool(
+        re.search(
+            rf"close \(rename\) atomic file '[^']*/qemu-server/{vmid}\.conf' failed: File exists",
+            text,
+        )
+    )
 
 
 def parse_nextid(value: object) -> int:

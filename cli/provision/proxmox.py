@@ -18,7 +18,7 @@ from typing import Any
 import requests.exceptions
 from proxmoxer import ProxmoxAPI, ResourceException  # type: ignore[import-untyped]
 
-from cli.provision.api import ApiError, UnreachableError
+from cli.provision.api import RELAY_STATUSES, ApiError, RelayError, UnreachableError
 from cli.provision.plan import ApiCall, redact
 
 ENV_TOKEN_ID = "PROXMOX_TOKEN_ID"
@@ -143,6 +143,13 @@ class ProxmoxClient:
                 return resource.put(**params)
             return resource.delete(**params)
         except ResourceException as error:
+            if int(error.status_code) in RELAY_STATUSES:
+                # proxmoxer puts the reason phrase (AnyEvent::HTTP's error text) in content.
+                raise RelayError(
+                    call,
+                    int(error.status_code),
+                    self._clean(str(error.content or error.status_message or "")),
+                ) from None
             raise ApiError(
                 call,
                 int(error.status_code),

@@ -10,17 +10,23 @@ pve-guest-common (PVE/AbstractConfig.pm) and qemu-server (PVE/API2/Qemu.pm,
 PVE/API2/Qemu/Agent.pm, PVE/QemuServer/Agent.pm, PVE/QemuServer/PCI.pm, PVE/QemuServer.pm).
 
 What it does not model: ACLs (a valid token may do anything a non-root user may), pending
-changes of a running VM's config (applied at once), storage (sizes are bookkeeping), more
-than the config keys listed in `_CONFIG` (others are refused as unknown, which the real API
-would accept), clusters (one node unless told otherwise; no proxying).
+changes of a running VM's config (applied at once), storage (sizes are bookkeeping; a
+storage is shared when `Knobs.shared_storages` names it), more than the config keys listed
+in `_CONFIG` (others are refused as unknown, which the real API would accept), and
+clusters beyond what a clone needs: `Knobs.nodes` are the cluster's nodes, one API answers
+for all of them (pveproxy relays a call for another node; the fake just serves it, unless a
+`Fault` says the relay failed), and each VM's config lives on one node, as in pmxcfs.
 
-Knobs (`Knobs`) inject what is hard to get from a real cluster on demand: a vmid race, a
-clone task that fails, a start or destroy that fails, a guest agent that is slow or never
-comes up. No traffic ever goes to a guest address: they are data (TEST-NET-1, RFC 5737).
+Knobs (`Knobs`) inject what is hard to get from a real cluster on demand: a vmid race (on
+the clone's node, or on another one: pmxcfs's rename race), a clone task that fails, a
+start or destroy that fails, a guest agent that is slow or never comes up, and `Fault`s:
+pveproxy's 595–599 or a dropped connection on chosen calls. No traffic ever goes to a guest
+address: they are data (TEST-NET-1, RFC 5737).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import ipaddress
@@ -31,6 +37,7 @@ import random
 import re
 import socket
 import ssl
+import struct
 import sys
 import threading
 import time
@@ -606,6 +613,30 @@ def validate(schema_name: str, params: Mapping[str, str]) -> None:
 
 
 @dataclass
+class Fault:
+    """Calls that get no real answer: pveproxy's relay error, or a connection dropped.
+
+    pveproxy relays a call for another node (pve-http-server PVE/APIServer/AnyEvent.pm,
+    `proxy_request`) with AnyEvent::HTTP, after it has authenticated it, and answers with
+    the status and reason AnyEvent::HTTP gives it: for AnyEvent::HTTP's own errors a pseudo
+    status 595–599 whose reason is the error text ("595 - errors during connection
+    establishment, proxy handshake": the `$!` of the connect, e.g. "No route to host",
+    "Connection refused"; "596 - errors during TLS negotiation, request sending and header
+    processing", e.g. "Broken pipe"; 597 the body; 598 aborted; 599 other), and no body.
+    `response` then closes the connection, as for every status >= 400. `status=None` drops
+    the connection instead (a TCP reset, no answer at all). `after=True` carries the call
+    out first and loses its answer (the node did it; the way back failed).
+    """
+
+    method: str
+    path: str  # a regex, fullmatched against the path below /api2/json
+    status: int | None = 595
+    reason: str = "No route to host"
+    times: int = 1  # how many matching calls get it; after that they are answered
+    after: bool = False
+
+
+@dataclass
 class Knobs:
     """What to make go wrong, or slow; change them while the server runs."""
 
@@ -629,6 +660,13 @@ class Knobs:
     auth_failure_delay: float = 3.0
     race_nextid: int = 0  # how many nextid answers another client takes before our clone
     race_in_worker: int = 0  # …or takes between the clone's early checks and its worker
+    race_node: str | None = None  # where that other client's VM is made (None: nodes[0])
+    template_storage: str = "local-lvm"  # where the template's disks are
+    shared_storages: tuple[str, ...] = ()  # storages every node sees (a clone may `target`)
+    faults: list[Fault] = field(default_factory=list)
+    # Called under the fake's lock after each call is recorded: a test's hand in the
+    # cluster at a chosen moment (another operator's doing).
+    after_call: Callable[[FakeProxmox, Call], None] | None = None
     fail_clone: str | None = None  # the clone task fails with this
     fail_start: str | None = None
     fail_destroy: str | None = None
@@ -738,14 +776,17 @@ class FakeProxmox:
 
     # --- state for tests -------------------------------------------------------------------
 
-    def add_template(self, vmid: int = TEMPLATE_VMID, name: str = TEMPLATE_NAME) -> None:
+    def add_template(
+        self, vmid: int = TEMPLATE_VMID, name: str = TEMPLATE_NAME, *, node: str | None = None
+    ) -> None:
+        store = self.knobs.template_storage
         self.add_vm(
             vmid,
             name,
             {
                 "template": "1",
-                "scsi0": f"local-lvm:base-{vmid}-disk-0,size=3584M",
-                "ide2": f"local-lvm:vm-{vmid}-cloudinit,media=cdrom",
+                "scsi0": f"{store}:base-{vmid}-disk-0,size=3584M",
+                "ide2": f"{store}:vm-{vmid}-cloudinit,media=cdrom",
                 "boot": "order=scsi0",
                 "scsihw": "virtio-scsi-pci",
                 "net0": "virtio=BC:24:11:00:90:00,bridge=vmbr0",
@@ -755,6 +796,7 @@ class FakeProxmox:
                 "memory": "2048",
                 "ostype": "l26",
             },
+            node=node,
         )
 
     def add_vm(
@@ -795,6 +837,15 @@ class FakeProxmox:
                 if v.config.get("name") == name
             ]
 
+    def take_fault(self, method: str, path: str) -> Fault | None:
+        """The first `Fault` matching this call that has uses left, one use taken."""
+        with self.lock:
+            for fault in self.knobs.faults:
+                if fault.times > 0 and fault.method == method and re.fullmatch(fault.path, path):
+                    fault.times -= 1
+                    return fault
+        return None
+
     def calls_to(self, method: str, pattern: str) -> list[Call]:
         with self.lock:
             return [c for c in self.calls if c.method == method and re.fullmatch(pattern, c.path)]
@@ -803,7 +854,8 @@ class FakeProxmox:
 
     def _advance(self) -> None:
         now = time.monotonic()
-        for task in self.tasks.values():
+        # Tasks end in the order of their end times, whenever the fake looks.
+        for task in sorted(self.tasks.values(), key=lambda t: t.ends_at):
             if task.exitstatus is None and task.ends_at <= now:
                 failure = task.finish()
                 # pve-common PVE/RESTEnvironment.pm fork_worker ends the log with "TASK OK"
@@ -922,7 +974,8 @@ class FakeProxmox:
         free = next(i for i in range(100, 1_000_000) if i not in self.vms)
         if self.knobs.race_nextid > 0:
             self.knobs.race_nextid -= 1
-            self.add_vm(free, "someone-else", fresh=True)  # another client got there first
+            # another client got there first (on race_node, or the first node)
+            self.add_vm(free, "someone-else", node=self.knobs.race_node, fresh=True)
         return str(free)
 
     # GET /cluster/resources
@@ -964,24 +1017,31 @@ class FakeProxmox:
         validate("clone", params)
         node, vmid, newid = params["node"], int(params["vmid"]), int(params["newid"])
         self._node(node)
-        # qemu-server PVE/API2/Qemu.pm `clone_vm`, `$load_and_check` (run before forking):
+        storage = params.get("storage")
+        target = params.get("target")
+        if target in (node, "localhost"):
+            target = None
+        # qemu-server PVE/API2/Qemu.pm `clone_vm`, `$load_and_check` (run before forking,
+        # and again in the worker), in its order:
+        if target is not None and target not in self.knobs.nodes:
+            raise die(f"no such cluster node '{target}'")  # PVE::Cluster check_node_exists
+        if storage is not None and target is not None and storage not in self.knobs.shared_storages:
+            raise die(f"can't clone to non-shared storage '{storage}'")
         source = self._load(node, vmid)
         if (locked := self._check_lock(source)) is not None:
             raise die(locked)
         is_template = source.config.get("template") == "1"
         full = params["full"] == "1" if "full" in params else not is_template
-        if "storage" in params and not full:
+        if storage is not None and not full:
             raise die("parameter 'storage' not allowed for linked clones")
-        target = params.get("target")
-        if target in (node, "localhost"):
-            target = None
-        if target is not None:
-            if target not in self.knobs.nodes:
-                raise die(f"no such cluster node '{target}'")
+        if target is not None and not self._shared(source):
+            # `$check_storage_access_clone`: shared only when every volume, the cloud-init
+            # drive included, is on shared storage.
             raise die(f"can't clone VM to node '{target}' (VM uses local storage)")
-        if newid in self.vms:
+        # `my $conffile = PVE::QemuConfig->config_file($newid)`: this node's file only
+        # (PVE/QemuConfig.pm `cfs_config_path` defaults to the local node).
+        if self._conf_on(node, newid):
             raise die(f"unable to create VM {newid}: config file already exists")
-        storage = params.get("storage")
         name = params.get("name") or f"Copy-of-VM-{source.config.get('name', vmid)}"
         drives = [k for k in source.config if re.fullmatch("|".join(_DRIVES), k)]
         log = [
@@ -992,14 +1052,34 @@ class FakeProxmox:
         if self.knobs.race_in_worker > 0:
             # Someone creates newid between the early check and the worker's own check.
             self.knobs.race_in_worker -= 1
-            self.add_vm(newid, "someone-else", fresh=True)
+            self.add_vm(newid, "someone-else", node=self.knobs.race_node or node, fresh=True)
+        if self._conf_on(node, newid):
 
             def lost() -> str | None:
+                # the worker's `$load_and_check` finds this node's config file now
                 return f"unable to create VM {newid}: config file already exists"
 
             return self._fork(node, "qmclone", vmid, user, self.knobs.clone_seconds, [], lost)
+        if newid in self.vms:
+            # The vmid belongs to a VM on another node. The worker writes its temporary
+            # config with PVE::Tools::file_set_contents (pve-common PVE/File.pm: a temp
+            # file, then rename over nodes/NODE/qemu-server/NEWID.conf), and pmxcfs refuses
+            # the rename with EEXIST (pve-cluster src/pmxcfs/memdb.c `memdb_rename`:
+            # `vmlist_different_vm_exists`). That happens before the worker's eval, so the
+            # die is the task's error as it is, without "clone failed: ", and nothing is
+            # cleaned up (nothing was made).
+            def renamed() -> str | None:
+                return (
+                    f"close (rename) atomic file '/etc/pve/nodes/{node}/qemu-server/"
+                    f"{newid}.conf' failed: File exists"
+                )
+
+            return self._fork(
+                node, "qmclone", vmid, user, self.knobs.clone_seconds,
+                [f"creating a clone of VM {vmid} with ID {newid}"], renamed,
+            )  # fmt: skip
         # The worker writes a temporary config, "# qmclone temporary file\nlock: clone", at
-        # once; the VM is locked 'clone' until the task ends.
+        # once, on the template's node; the VM is locked 'clone' until the task ends.
         self.vms[newid] = FakeVm(newid, node, {"lock": "clone"}, created_at=time.monotonic())
         newconf = self._cloned_config(source, newid, name, storage, params.get("description"))
         failure = self.knobs.fail_clone
@@ -1013,6 +1093,10 @@ class FakeProxmox:
             vm = self.vms.get(newid)
             if vm is not None:
                 vm.config = newconf  # `delete $newconf->{lock}; write_config`
+                if target is not None:
+                    # `rename($conffile, PVE::QemuConfig->config_file($newid, $target))`:
+                    # the config moves to the target node's directory.
+                    vm.node = target
             return None
 
         if failure is None:
@@ -1023,6 +1107,21 @@ class FakeProxmox:
         else:
             log.append(failure)
         return self._fork(node, "qmclone", vmid, user, self.knobs.clone_seconds, log, finish)
+
+    def _conf_on(self, node: str, vmid: int) -> bool:
+        vm = self.vms.get(vmid)
+        return vm is not None and vm.node == node
+
+    def _shared(self, source: FakeVm) -> bool:
+        for key, value in source.config.items():
+            if not re.fullmatch("|".join(_DRIVES), key):
+                continue
+            volume = value.split(",")[0]
+            if volume in ("", "none", "cdrom") or ":" not in volume:
+                continue
+            if volume.split(":")[0] not in self.knobs.shared_storages:
+                return False
+        return True
 
     @staticmethod
     def _cloned_config(
@@ -1541,6 +1640,18 @@ class _Handler(BaseHTTPRequestHandler):
             # PUT, then the query string, each decoded once (+ is a space).
             params = dict(parse_qsl(body, keep_blank_values=True))
             params.update(parse_qsl(parts.query, keep_blank_values=True))
+            fault = fake.take_fault(method, path)
+            if fault is not None:
+                if fault.after:
+                    with contextlib.suppress(ProxmoxApiError):
+                        fake.handle(method, path, params, user)
+                if fault.status is None:
+                    self._record(method, parts, body, 0)
+                    self._drop()
+                    return
+                # AnyEvent.pm `proxy_request`: HTTP::Response->new($code, $msg, $header,
+                # undef) with AnyEvent::HTTP's Status and Reason; no body.
+                raise ProxmoxApiError(fault.status, fault.reason, body=False)
             data = fake.handle(method, path, params, user)
         except ProxmoxApiError as failure:
             self._record(method, parts, body, failure.status)
@@ -1554,13 +1665,23 @@ class _Handler(BaseHTTPRequestHandler):
             envelope = {"data": data.items, "total": data.total}
         self._respond(200, "OK", json.dumps(envelope).encode(), user)
 
+    def _drop(self) -> None:
+        """Close the connection with a TCP reset (SO_LINGER 0), no answer written."""
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.request.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            socket.socket.close(self.request)
+
     def _record(self, method: str, parts: Any, body: str, status: int) -> None:
         fake = self.server.fake
         params = dict(parse_qsl(body, keep_blank_values=True))
         params.update(parse_qsl(parts.query, keep_blank_values=True))
         path = unquote(parts.path[len(BASE) :]) if parts.path.startswith(BASE) else parts.path
         with fake.lock:
-            fake.calls.append(Call(method, path, params, status))
+            call = Call(method, path, params, status)
+            fake.calls.append(call)
+            if fake.knobs.after_call is not None:
+                fake.knobs.after_call(fake, call)
 
     def _failure(self, failure: ProxmoxApiError, user: str) -> None:
         content = b""

@@ -224,7 +224,7 @@ def test_dry_run_contacts_nothing_and_needs_no_token(pve: Running, key_file: Pat
     assert " 1. GET    /cluster/resources type=vm" in lines
     assert (
         " 3. POST   /nodes/pve/qemu/<vmid of ubuntu-2404-cloud>/clone newid=<vmid> name=gpu-7 "
-        "full=1" in lines
+        "full=1 description=modelfleet-run-<run id>" in lines
     )
     put = next(line for line in lines if "PUT    /nodes/pve/qemu/<vmid>/config" in line)
     assert f"sshkeys={quote(KEY, safe='')}" in put

@@ -284,15 +284,16 @@ def test_changes_are_only_the_differences_tags_added_extra_gpus_deleted() -> Non
 
 def test_the_clone_is_full_named_and_targets_the_node_when_the_template_is_elsewhere() -> None:
     opts = options(storage="local-zfs")
-    here = plan.clone_call(opts, "pve", 9000, 101)
+    here = plan.clone_call(opts, "pve", 9000, 101, "modelfleet-run-3f9ac1d2e4b5")
     assert here.path == "/nodes/pve/qemu/9000/clone"
     assert here.param_dict() == {
         "newid": "101",
         "name": "gpu-7",
         "full": "1",
+        "description": "modelfleet-run-3f9ac1d2e4b5",
         "storage": "local-zfs",
     }
-    there = plan.clone_call(opts, "pve2", 9000, 101)
+    there = plan.clone_call(opts, "pve2", 9000, 101, "modelfleet-run-3f9ac1d2e4b5")
     assert there.path == "/nodes/pve2/qemu/9000/clone"
     assert there.param_dict()["target"] == "pve"
 
@@ -319,7 +320,70 @@ def test_the_dry_run_lists_the_calls_in_the_order_they_are_made() -> None:
         ("GET", "network-get-interfaces"),
     ]
     assert calls[2].path == "/nodes/pve/qemu/<vmid of ubuntu>/clone"
+    assert calls[2].param_dict()["description"] == "modelfleet-run-<run id>"
     assert calls[5].param_dict() == desired_config(options())
+
+
+# --- the run's marker, and whose a vmid is --------------------------------------------------
+
+
+def test_the_marker_is_a_description_line_of_its_own() -> None:
+    marker = plan.run_marker("3f9ac1d2e4b5")
+    assert marker == "modelfleet-run-3f9ac1d2e4b5"
+    # Proxmox gives the description back line by line, trailing blanks stripped.
+    assert plan.marked({"description": "modelfleet-run-3f9ac1d2e4b5"}, marker)
+    assert plan.marked({"description": "notes\n  modelfleet-run-3f9ac1d2e4b5 \nmore"}, marker)
+    assert not plan.marked({"description": "modelfleet-run-3f9ac1d2e4b5x"}, marker)
+    assert not plan.marked({"description": "see modelfleet-run-3f9ac1d2e4b5"}, marker)
+    assert not plan.marked({"description": "modelfleet-run-0000aaaa1111"}, marker)
+    assert not plan.marked({"name": "gpu-7", "tags": "modelfleet"}, marker)
+    assert not plan.marked({"description": 7}, marker)
+
+
+def test_what_a_foreign_vm_holds_is_said_briefly() -> None:
+    assert plan.found_text({"name": "web-3", "description": "prod db\nsecond line"}) == (
+        "named web-3, description 'prod db'"
+    )
+    assert plan.found_text({"lock": "create", "tags": "a;b"}) == (
+        "without a name, no description, locked (create), tags a;b"
+    )
+    long = "x" * 80
+    assert plan.found_text({"name": "n", "description": long}) == (
+        f"named n, description '{'x' * 57}...'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "taken"),
+    [
+        ("unable to create VM 101: config file already exists", True),
+        ("clone failed: unable to create VM 101: config file already exists", True),
+        (
+            "close (rename) atomic file '/etc/pve/nodes/pve-a/qemu-server/101.conf' failed: "
+            "File exists",
+            True,
+        ),
+        ("VM 101 already exists", True),
+        ("VM 101 already exists on node 'pve-b'", True),
+        # another vmid, or another file, or another reason: not "taken"
+        ("unable to create VM 1010: config file already exists", False),
+        ("VM 1010 already exists", False),
+        (
+            "close (rename) atomic file '/etc/pve/nodes/pve-a/qemu-server/1010.conf' failed: "
+            "File exists",
+            False,
+        ),
+        (
+            "close (rename) atomic file '/etc/pve/nodes/pve-a/qemu-server/101.conf' failed: "
+            "Permission denied",
+            False,
+        ),
+        ("close (rename) atomic file '/etc/pve/firewall/101.fw' failed: File exists", False),
+        ("clone failed: lvcreate 'pve/vm-101-disk-0' error: insufficient free space", False),
+    ],
+)
+def test_every_way_proxmox_says_a_vmid_is_taken(text: str, taken: bool) -> None:
+    assert plan.vmid_taken(text, 101) is taken
 
 
 # --- the answers ----------------------------------------------------------------------------

@@ -8,6 +8,8 @@ guest agent, a raw PCI device, Ctrl-C while the clone runs on the server.
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,13 +17,14 @@ from urllib.parse import unquote
 
 import pytest
 
+from cli.ops.provision import Limits, Outcome, Provisioner, ProvisionError
 from cli.provision.plan import ProvisionOptions, build_options, encode_sshkeys
 from cli.provision.proxmox import ProxmoxClient, Token
-from cli.ops.provision import Limits, Outcome, Provisioner, ProvisionError
-from tests.fakes.proxmox import Knobs, Running, running_fake
+from tests.fakes.proxmox import Call, FakeProxmox, Fault, Knobs, Running, running_fake
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPC/9GoZa7DDp4N7+XqtKkpIlxUhP0baYbO0YN9ruu6c ops"
 FAST = Limits(wait=15.0, poll_first=0.05, poll_max=0.2, report_every=0.3)
+RUN_ID = "3f9ac1d2e4b5"
 
 
 @dataclass
@@ -83,7 +86,9 @@ def provision(
         ca_cert=pve.ca_file,
         timeout=5,
     )
-    return Provisioner(client, opts or options(), reporter or Recorder(), limits=FAST).run()
+    return Provisioner(
+        client, opts or options(), reporter or Recorder(), limits=FAST, run_id=RUN_ID
+    ).run()
 
 
 def failure(
@@ -113,7 +118,10 @@ def test_a_new_vm_with_gpus_is_cloned_configured_grown_started_and_found(pve: Ru
     assert config["tags"] == "modelfleet"
     assert config["scsi0"] == "local-lvm:vm-100-disk-0,size=100G"
     clone = pve.fake.calls_to("POST", "/nodes/pve/qemu/9000/clone")
-    assert [c.params for c in clone] == [{"newid": "100", "name": "gpu-7", "full": "1"}]
+    assert [c.params for c in clone] == [
+        {"newid": "100", "name": "gpu-7", "full": "1", "description": "modelfleet-run-3f9ac1d2e4b5"}
+    ]
+    assert config["description"] == "modelfleet-run-3f9ac1d2e4b5"
     # The one parameter Proxmox wants encoded twice arrives, decoded once, still encoded.
     (put,) = pve.fake.calls_to("PUT", "/nodes/pve/qemu/100/config")
     assert put.params["sshkeys"] == encode_sshkeys([KEY])
@@ -342,4 +350,206 @@ def test_a_wrong_token_is_refused_before_anything_is_made(pve: Running) -> None:
         "Proxmox refused the API token: invalid token value!",
         2,
     )
+    assert pve.fake.vm(100) is None
+
+
+# --- whose VM it is, the rename race, answers that never came --------------------------------
+
+
+def cluster_knobs(**changes: object) -> Knobs:
+    """Two nodes; the template on pve-a, its disks on storage both nodes see."""
+    values: dict[str, object] = {
+        "auth_failure_delay": 0.0,
+        "clone_seconds": 0.3,
+        "agent_delay": 0.3,
+        "nodes": ("pve-a", "pve-b"),
+        "template_storage": "ceph-vm",
+        "shared_storages": ("ceph-vm",),
+    }
+    values.update(changes)
+    return Knobs(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def two_nodes(tmp_path: Path) -> Iterator[Running]:
+    yield from running_fake(tmp_path, cluster_knobs())
+
+
+def test_a_template_on_another_node_is_cloned_there_with_target(two_nodes: Running) -> None:
+    outcome = provision(two_nodes, options(node="pve-b"))
+    assert outcome == Outcome("gpu-7", 100, "pve-b", "192.0.2.10", created=True)
+    (clone,) = two_nodes.fake.calls_to("POST", "/nodes/pve-a/qemu/9000/clone")
+    assert clone.params["target"] == "pve-b"
+    vm = two_nodes.fake.vm(100)
+    assert vm is not None and vm.node == "pve-b" and vm.running
+    assert vm.config["scsi0"] == "ceph-vm:vm-100-disk-0,size=100G"
+
+
+@pytest.mark.parametrize("knob", ["race_nextid", "race_in_worker"])
+def test_the_rename_race_on_the_target_node_is_a_taken_vmid_never_cleaned_up(
+    two_nodes: Running, knob: str
+) -> None:
+    """A VM made on pve-b after nextid: the clone on pve-a fails as pmxcfs refuses the rename."""
+    setattr(two_nodes.knobs, knob, 1)
+    two_nodes.knobs.race_node = "pve-b"
+    reporter = Recorder()
+    outcome = provision(two_nodes, options(node="pve-b"), reporter)
+    assert (outcome.vmid, outcome.node) == (101, "pve-b")
+    assert reporter.warnings == [
+        "vmid 100 was taken between /cluster/nextid and the clone (nextid reserves nothing); "
+        "asking for another"
+    ]
+    (lost,) = [t for t in two_nodes.fake.tasks.values() if t.type == "qmclone"][:1]
+    assert lost.exitstatus == (
+        "close (rename) atomic file '/etc/pve/nodes/pve-a/qemu-server/100.conf' failed: File exists"
+    )
+    other = two_nodes.fake.vm(100)
+    assert other is not None and other.node == "pve-b" and other.config["name"] == "someone-else"
+    touched = [c for c in two_nodes.fake.calls if c.method != "GET" and "/qemu/100" in c.path]
+    assert touched == []
+
+
+def test_a_vm_that_is_not_ours_at_the_vmid_is_never_stopped_or_destroyed(pve: Running) -> None:
+    """Ours was replaced by another's (same vmid) before the cleanup: it is left, and said."""
+
+    def replace_ours(fake: FakeProxmox, call: Call) -> None:
+        if call.method == "POST" and call.path == "/nodes/pve/qemu/100/status/start":
+            vm = fake.vms[100]
+            vm.config = {"name": "web-3", "description": "prod web\nowner: ops", "scsi0": "x"}
+            vm.running = True
+            vm.booted_at = time.monotonic()
+
+    pve.knobs.after_call = replace_ours
+    error = failure(pve)  # the start finds the other VM running: a task failure
+    assert error.message == "the start failed: VM 100 already running"
+    assert error.code == 1
+    assert error.cleanup == [
+        "vmid 100 on node pve is not the VM this run made: its description lacks "
+        "modelfleet-run-3f9ac1d2e4b5 (found: named web-3, description 'prod web'); left alone"
+    ]
+    assert error.left_over is None
+    vm = pve.fake.vm(100)
+    assert vm is not None and vm.running and vm.config["name"] == "web-3"
+    assert pve.fake.calls_to("POST", r".*/status/stop") == []
+    assert pve.fake.calls_to("DELETE", r".*") == []
+
+
+def test_the_marker_is_read_back_right_before_the_destroy(pve: Running) -> None:
+    """Replaced between the stop and the destroy: the second read-back catches it."""
+
+    def replace_after_stop(fake: FakeProxmox, call: Call) -> None:
+        if call.method == "POST" and call.path.endswith("/status/stop"):
+            fake.vms[100].config["description"] = "someone else's now"
+
+    pve.knobs.agent_never = True
+    pve.knobs.after_call = replace_after_stop
+    knobs = pve.knobs
+    client = ProxmoxClient(
+        "127.0.0.1", pve.port, Token(knobs.token_id, knobs.token_secret), ca_cert=pve.ca_file
+    )
+    limits = Limits(wait=1.0, poll_first=0.05, poll_max=0.2, report_every=0.3)
+    with pytest.raises(ProvisionError) as raised:
+        Provisioner(client, options(), Recorder(), limits=limits, run_id=RUN_ID).run()
+    assert raised.value.cleanup == [
+        "vmid 100 on node pve is not the VM this run made: its description lacks "
+        'modelfleet-run-3f9ac1d2e4b5 (found: named gpu-7, description "someone else\'s now", '
+        "tags modelfleet); left alone"
+    ]
+    assert pve.fake.calls_to("DELETE", r".*") == []
+    assert pve.fake.vm(100) is not None
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "reason"),
+    [
+        (r"/nodes/pve/tasks/.*:qmclone:.*/status", 595, "No route to host"),
+        (r"/nodes/pve/tasks/.*:qmstart:.*/status", 595, "Connection refused"),
+        (r"/nodes/pve/qemu/100/agent/network-get-interfaces", 596, "Broken pipe"),
+        (r"/nodes/pve/qemu/100/agent/network-get-interfaces", 597, "Connection reset by peer"),
+        (r"/nodes/pve/tasks/.*:resize:.*/status", 599, "Too many redirections"),
+    ],
+)
+def test_pveproxys_59x_while_waiting_is_retried_never_a_refusal(
+    pve: Running, path: str, status: int, reason: str
+) -> None:
+    pve.knobs.faults = [Fault("GET", path, status, reason, times=3)]
+    reporter = Recorder()
+    outcome = provision(pve, reporter=reporter)
+    assert (outcome.vmid, outcome.address, outcome.created) == (100, "192.0.2.10", True)
+    assert [c.status for c in pve.fake.calls if re.fullmatch(path, c.path)][:3] == [status] * 3
+    (warning,) = [w for w in reporter.warnings if "pveproxy could not relay" in w]
+    assert f": {status} {reason} (pveproxy could not relay the call to the node); retrying" in (
+        warning
+    )
+    assert pve.fake.calls_to("DELETE", r".*") == []
+
+
+def test_a_connection_dropped_while_waiting_is_retried(pve: Running) -> None:
+    pve.knobs.faults = [
+        Fault("GET", r".*/agent/network-get-interfaces", None, times=2),
+        Fault("GET", r"/nodes/pve/tasks/.*:qmstart:.*/status", None, times=1),
+    ]
+    outcome = provision(pve)
+    assert outcome.address == "192.0.2.10"
+    dropped = [c for c in pve.fake.calls if c.status == 0]
+    assert len(dropped) == 3
+    assert pve.fake.calls_to("DELETE", r".*") == []
+
+
+def short_run(pve: Running, reporter: Recorder | None = None) -> ProvisionError:
+    knobs = pve.knobs
+    client = ProxmoxClient(
+        "127.0.0.1", pve.port, Token(knobs.token_id, knobs.token_secret), ca_cert=pve.ca_file
+    )
+    limits = Limits(wait=1.0, poll_first=0.05, poll_max=0.2, report_every=0.3)
+    with pytest.raises(ProvisionError) as raised:
+        Provisioner(client, options(), reporter or Recorder(), limits=limits, run_id=RUN_ID).run()
+    return raised.value
+
+
+@pytest.mark.parametrize("status", [595, None])
+def test_no_answer_for_the_whole_wait_leaves_the_vm_and_destroys_nothing(
+    pve: Running, status: int | None
+) -> None:
+    pve.knobs.faults = [Fault("GET", r".*/agent/network-get-interfaces", status, times=10**6)]
+    error = short_run(pve)
+    assert error.message.startswith("gave up after 1 s waiting for the guest agent's address")
+    assert error.code == 1 and error.left_over == 100
+    assert error.cleanup[:2] == [
+        "vmid 100 (gpu-7) is left on node pve: Proxmox did not answer, so ctl removed nothing",
+        "run the same command again to go on from where it stands",
+    ]
+    assert "qm destroy 100 --purge" in error.cleanup[2]
+    vm = pve.fake.vm(100)
+    assert vm is not None and vm.running
+    assert pve.fake.calls_to("POST", r".*/status/stop") == []
+    assert pve.fake.calls_to("DELETE", r".*") == []
+    # Once Proxmox answers again, the same command goes on from where it stood.
+    pve.knobs.faults = []
+    again = provision(pve)
+    assert (again.vmid, again.created, again.address) == (100, False, "192.0.2.10")
+
+
+def test_a_clone_whose_answer_was_lost_is_left_and_a_rerun_finds_it(pve: Running) -> None:
+    pve.knobs.faults = [Fault("POST", r".*/clone", None, after=True)]
+    error = failure(pve)
+    assert error.left_over == 100
+    assert error.cleanup[0] == (
+        "vmid 100 (gpu-7) may have been made on node pve: the clone got no answer, "
+        "so ctl removed nothing"
+    )
+    assert pve.fake.calls_to("DELETE", r".*") == []
+    again = provision(pve)
+    assert (again.vmid, again.created) == (100, False)
+
+
+def test_a_real_refusal_while_configuring_still_removes_the_vm(pve: Running) -> None:
+    pve.knobs.faults = [
+        Fault("PUT", r"/nodes/pve/qemu/100/config", 403, "Permission check failed (/vms/100)")
+    ]
+    error = failure(pve)
+    assert error.message == (
+        "Proxmox refused: PUT /nodes/pve/qemu/100/config: 403 Permission check failed (/vms/100)"
+    )
+    assert error.cleanup == ["removed the half-made VM (vmid 100)"]
     assert pve.fake.vm(100) is None
