@@ -18,7 +18,7 @@ import pytest
 import requests
 from proxmoxer import ProxmoxAPI, ResourceException  # type: ignore[import-untyped]
 
-from tests.fakes.proxmox import Knobs, Running, running_fake
+from tests.fakes.proxmox import Fault, Knobs, Running, running_fake
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPC/9GoZa7DDp4N7+XqtKkpIlxUhP0baYbO0YN9ruu6c ops"
 
@@ -307,3 +307,131 @@ def test_proxmoxer_reads_the_reason_phrase(pve: Running) -> None:
     assert (error.status_code, error.content) == (400, "Parameter verification failed.")
     assert error.errors == {"full": "type check ('boolean') failed - got 'yes'"}
     assert proxmox.cluster.nextid.get() == "100"
+
+
+# --- two nodes: clones with target, the rename race; pveproxy's relay errors ---------------
+
+
+@pytest.fixture
+def two(tmp_path: Path) -> Iterator[Running]:
+    knobs = Knobs(
+        auth_failure_delay=0.0,
+        clone_seconds=0.3,
+        nodes=("pve-a", "pve-b"),
+        template_storage="ceph-vm",
+        shared_storages=("ceph-vm",),
+    )
+    yield from running_fake(tmp_path, knobs)
+
+
+def test_a_clone_with_target_runs_on_the_template_node_and_lands_on_the_target(
+    two: Running,
+) -> None:
+    api = Client(two)
+    upid = api.data(
+        "POST", "/nodes/pve-a/qemu/9000/clone", newid="101", full="1", target="pve-b",
+        description="modelfleet-run-3f9ac1d2e4b5",
+    )  # fmt: skip
+    assert upid.startswith("UPID:pve-a:") and ":qmclone:9000:" in upid
+    # While it runs, its temporary config is on the template's node.
+    assert api.data("GET", "/nodes/pve-a/qemu/101/config")["lock"] == "clone"
+    assert api.wait(upid)["exitstatus"] == "OK"
+    config = api.data("GET", "/nodes/pve-b/qemu/101/config")
+    assert config["description"] == "modelfleet-run-3f9ac1d2e4b5"
+    assert config["scsi0"] == "ceph-vm:vm-101-disk-0,size=3584M"
+    gone = api("GET", "/nodes/pve-a/qemu/101/config")
+    assert gone.reason == "Configuration file 'nodes/pve-a/qemu-server/101.conf' does not exist"
+    (entry,) = [e for e in api.data("GET", "/cluster/resources", type="vm") if e["vmid"] == 101]
+    assert entry["node"] == "pve-b"
+
+
+def test_a_clone_with_target_needs_shared_storage_and_a_cluster_node(two: Running) -> None:
+    api = Client(two)
+    unknown = api("POST", "/nodes/pve-a/qemu/9000/clone", newid="101", full="1", target="pve-c")
+    assert (unknown.status_code, unknown.reason) == (500, "no such cluster node 'pve-c'")
+    local = api(
+        "POST", "/nodes/pve-a/qemu/9000/clone", newid="101", full="1", target="pve-b",
+        storage="local-lvm",
+    )  # fmt: skip
+    assert local.reason == "can't clone to non-shared storage 'local-lvm'"
+    two.fake.add_vm(
+        9001, "local-template",
+        {"template": "1", "scsi0": "local-lvm:base-9001-disk-0,size=2G"}, node="pve-a",
+    )  # fmt: skip
+    refused = api("POST", "/nodes/pve-a/qemu/9001/clone", newid="101", full="1", target="pve-b")
+    assert refused.reason == "can't clone VM to node 'pve-b' (VM uses local storage)"
+
+
+def test_a_vmid_taken_on_another_node_fails_the_clone_worker_at_the_rename(two: Running) -> None:
+    api = Client(two)
+    two.fake.add_vm(101, "someone-else", node="pve-b")
+    # The early check looks at pve-a's own file only: it passes, and the worker fails.
+    upid = api.data("POST", "/nodes/pve-a/qemu/9000/clone", newid="101", full="1", target="pve-b")
+    status = api.wait(upid)
+    assert status["exitstatus"] == (
+        "close (rename) atomic file '/etc/pve/nodes/pve-a/qemu-server/101.conf' failed: File exists"
+    )
+    log = [line["t"] for line in api.data("GET", f"/nodes/pve-a/tasks/{upid}/log")]
+    assert log[-1] == (
+        "TASK ERROR: close (rename) atomic file '/etc/pve/nodes/pve-a/qemu-server/101.conf' "
+        "failed: File exists"
+    )
+    other = two.fake.vm(101)
+    assert other is not None and other.node == "pve-b" and other.config["name"] == "someone-else"
+    # On the clone's own node, the early check refuses before forking.
+    two.fake.add_vm(102, "mine-too", node="pve-a")
+    same = api("POST", "/nodes/pve-a/qemu/9000/clone", newid="102", full="1", target="pve-b")
+    assert same.reason == "unable to create VM 102: config file already exists"
+
+
+def test_the_race_hook_makes_the_vm_on_the_node_it_names(two: Running) -> None:
+    api = Client(two)
+    two.knobs.race_nextid = 1
+    two.knobs.race_node = "pve-b"
+    assert api.data("GET", "/cluster/nextid") == "100"
+    made = two.fake.vm(100)
+    assert made is not None and made.node == "pve-b"
+    assert api.data("GET", "/cluster/nextid") == "101"
+
+
+def test_a_relay_error_is_pveproxys_status_and_reason_without_a_body(pve: Running) -> None:
+    api = Client(pve)
+    pve.knobs.faults = [Fault("GET", r"/cluster/nextid", 595, "No route to host", times=2)]
+    for _ in range(2):
+        response = api("GET", "/cluster/nextid")
+        assert (response.status_code, response.reason) == (595, "No route to host")
+        assert response.content == b""
+        assert response.headers["Connection"] == "close"
+    assert api.data("GET", "/cluster/nextid") == "100"
+    assert [c.status for c in pve.fake.calls_to("GET", "/cluster/nextid")] == [595, 595, 200]
+
+
+def test_a_dropped_connection_is_no_answer_at_all(pve: Running) -> None:
+    api = Client(pve)
+    pve.knobs.faults = [Fault("GET", r"/cluster/resources", None)]
+    with pytest.raises(requests.exceptions.ConnectionError):
+        api("GET", "/cluster/resources", type="vm")
+    assert api("GET", "/cluster/resources", type="vm").status_code == 200
+
+
+def test_a_fault_after_the_call_loses_only_the_answer(pve: Running) -> None:
+    api = Client(pve)
+    pve.knobs.faults = [Fault("POST", r".*/clone", 596, "Broken pipe", after=True)]
+    response = api("POST", "/nodes/pve/qemu/9000/clone", newid="101", full="1")
+    assert (response.status_code, response.reason) == (596, "Broken pipe")
+    (task,) = pve.fake.tasks.values()
+    assert task.type == "qmclone"  # the clone runs all the same
+    assert api.wait(task.upid)["exitstatus"] == "OK"
+
+
+def test_proxmoxer_gives_the_relay_reason_as_the_content(pve: Running) -> None:
+    pve.knobs.faults = [Fault("GET", r"/cluster/nextid", 596, "Broken pipe")]
+    knobs = pve.knobs
+    user, _, name = knobs.token_id.partition("!")
+    proxmox = ProxmoxAPI(
+        "127.0.0.1", port=pve.port, user=user, token_name=name, token_value=knobs.token_secret,
+        verify_ssl=str(pve.ca_file), timeout=5,
+    )  # fmt: skip
+    with pytest.raises(ResourceException) as raised:
+        proxmox("cluster/nextid").get()
+    assert (raised.value.status_code, raised.value.content) == (596, "Broken pipe")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.provision.api import ApiError, UnreachableError
+from cli.provision.api import ApiError, RelayError, UnreachableError
 from cli.provision.plan import list_vms_call
 from cli.provision.proxmox import (
     ENV_TOKEN_ID,
@@ -21,7 +21,7 @@ from cli.provision.proxmox import (
     load_token,
     token_file_warning,
 )
-from tests.fakes.proxmox import FakeProxmox, Knobs, Running, ThrowawayCA, running_fake
+from tests.fakes.proxmox import FakeProxmox, Fault, Knobs, Running, ThrowawayCA, running_fake
 
 SECRET = "5f0c7a52-6b1e-4d2a-9d8e-0b7d1c2e3f41"
 
@@ -150,3 +150,35 @@ def test_plain_http_on_the_port_is_a_tls_failure() -> None:
         server.server_close()
     assert "TLS with https://127.0.0.1:" in str(raised.value)
     assert "wrong version number" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("status", "reason"),
+    [(595, "No route to host"), (596, "Broken pipe"), (597, "Unexpected end-of-file"),
+     (598, "Request cancelled by on_body"), (599, "Too many redirections")],
+)  # fmt: skip
+def test_pveproxys_59x_is_no_answer_not_a_refusal(pve: Running, status: int, reason: str) -> None:
+    pve.knobs.faults = [Fault("GET", r"/cluster/resources", status, reason)]
+    with pytest.raises(RelayError) as raised:
+        client(pve).call(list_vms_call())
+    error = raised.value
+    assert isinstance(error, UnreachableError) and not isinstance(error, ApiError)
+    assert (error.status, error.reason) == (status, reason)
+    assert str(error) == (
+        f"GET /cluster/resources: {status} {reason} (pveproxy could not relay the call to the node)"
+    )
+
+
+def test_a_4xx_stays_a_refusal(pve: Running) -> None:
+    pve.knobs.faults = [Fault("GET", r"/cluster/resources", 403, "Permission check failed")]
+    with pytest.raises(ApiError) as raised:
+        client(pve).call(list_vms_call())
+    assert (raised.value.status, raised.value.message) == (403, "Permission check failed")
+
+
+def test_a_dropped_connection_is_unreachable(pve: Running) -> None:
+    pve.knobs.faults = [Fault("GET", r"/cluster/resources", None)]
+    with pytest.raises(UnreachableError) as raised:
+        client(pve).call(list_vms_call())
+    assert not isinstance(raised.value, RelayError)
+    assert str(raised.value).startswith(f"cannot connect to https://127.0.0.1:{pve.port}: ")
