@@ -13,7 +13,11 @@ app = typer.Typer(help="Inspect the catalog of models.", no_args_is_help=True)
 
 @app.command("check")
 def check(catalog: CatalogOption = DEFAULT_CATALOG, as_json: JsonOption = False) -> None:
-    """Validate the catalog: schema, aliases, fallbacks and parallelism arithmetic."""
+    """Validate the catalog: schema, aliases, fallbacks and parallelism arithmetic.
+
+    Exit code 0 when it is valid, 2 when it is not: one line per problem, each naming the
+    file, the line and the key.
+    """
     from cli.commands.inputs import read_catalog
     from cli.ui import console
     from cli.ui.tables import catalog_table

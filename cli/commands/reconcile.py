@@ -40,9 +40,9 @@ def reconcile(
 ) -> None:
     """Start, rebuild, move and drain replicas until the fleet runs what the catalog asks.
 
-    Exit code 0 when the fleet matches the catalog (or the plan was shown), 1 when
-    something could not be done (a replica unplaceable or failed, a node unreachable),
-    2 on bad input.
+    Exit code 0 when the fleet matches the catalog (with --dry-run: when the plan brings
+    it there), 1 when something could not be done (a replica unplaceable or failed, a
+    model waiting out its backoff, a node unreachable), 2 on bad input.
     """
     from cli.ui import console
 
@@ -82,7 +82,8 @@ def drain(
 
     A replica for which no replacement can be placed, or whose replacement does not start,
     is left running (exit code 1) unless --force. --dry-run shows the plan drain carries
-    out. The pass also does whatever else reconcile would."""
+    out. The pass also does whatever else reconcile would. Exit code 0 when all of it was
+    done, 1 when something could not be (as reconcile's), 2 on bad input (an unknown node)."""
     from cli.commands.inputs import require_tools
     from cli.inventory.edit import cordon_node
     from cli.inventory.load import load_inventory
@@ -124,7 +125,7 @@ def reconcile_pass(
     the_plan = plan_pass(options, loaded, fleet, inventory_path, evict, force, cordon or DRAINING)
     console.print_lines(render_plan(the_plan))
     if dry_run:
-        incomplete = bool(the_plan.unplaced) or fleet.partial
+        incomplete = bool(the_plan.unplaced or the_plan.waits) or fleet.partial
         return console.EXIT_INCOMPLETE if incomplete else console.EXIT_OK
     return apply_plan(context, fleet, the_plan, inventory_path, loaded)
 
