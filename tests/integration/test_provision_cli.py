@@ -20,7 +20,15 @@ from urllib.parse import quote
 import pytest
 
 from tests.ctl import ROOT, ctl_environment
-from tests.fakes.proxmox import Knobs, Running, ThrowawayCA, running_fake
+from tests.fakes.proxmox import (
+    Call,
+    FakeProxmox,
+    Fault,
+    Knobs,
+    Running,
+    ThrowawayCA,
+    running_fake,
+)
 
 DOCS = ROOT / "docs" / "provisioning.md"
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPC/9GoZa7DDp4N7+XqtKkpIlxUhP0baYbO0YN9ruu6c ops"
@@ -103,7 +111,8 @@ def test_a_node_with_gpus_from_nothing_to_its_address(pve: Running, key_file: Pa
     ]
     for step in (
         "looking for a VM named gpu-7 on https://127.0.0.1:",
-        "cloning ubuntu-2404-cloud (vmid 9000 on pve) to vmid 100 on pve (full clone)",
+        "cloning ubuntu-2404-cloud (vmid 9000 on pve) to vmid 100 on pve (full clone, marked "
+        "modelfleet-run-",
         "waiting for the clone (UPID:pve:",
         "configuring vmid 100: agent, ciuser, cores, hostpci0, hostpci1, ipconfig0, machine, "
         "memory, sshkeys, tags",
@@ -115,6 +124,8 @@ def test_a_node_with_gpus_from_nothing_to_its_address(pve: Running, key_file: Pa
     vm = pve.fake.vm(100)
     assert vm is not None and vm.running
     assert vm.config["hostpci1"] == "mapping=h100-b,pcie=1" and vm.config["machine"] == "q35"
+    marker = re.search(r"marked (modelfleet-run-[0-9a-f]{12})\)", result.stderr)
+    assert marker is not None and vm.config["description"] == marker.group(1)
 
 
 def test_a_rerun_reports_the_vm_and_changes_nothing(pve: Running, key_file: Path) -> None:
@@ -340,3 +351,103 @@ def test_ctrl_c_during_the_clone_waits_for_it_and_removes_the_vm(
     assert "error: interrupted" in stderr
     assert "cleanup: removed the half-made VM (vmid 100)" in stderr
     assert pve.fake.vm(100) is None
+
+
+# --- whose VM it is, the rename race, answers that never came --------------------------------
+
+
+@pytest.fixture
+def two_nodes(tmp_path: Path) -> Iterator[Running]:
+    """The template on pve-a with its disks on storage both nodes share; ctl asks for pve-b."""
+    knobs = Knobs(
+        auth_failure_delay=0.2,
+        clone_seconds=0.3,
+        agent_delay=0.3,
+        nodes=("pve-a", "pve-b"),
+        template_storage="ceph-vm",
+        shared_storages=("ceph-vm",),
+    )
+    yield from running_fake(tmp_path, knobs)
+
+
+def on_node(args: list[str], node: str) -> list[str]:
+    changed = list(args)
+    changed[changed.index("--node") + 1] = node
+    return changed
+
+
+def test_the_rename_race_on_the_target_node_is_retried_and_the_other_vm_untouched(
+    two_nodes: Running, key_file: Path
+) -> None:
+    two_nodes.knobs.race_nextid = 1
+    two_nodes.knobs.race_node = "pve-b"
+    result = ctl(on_node(arguments(two_nodes, key_file), "pve-b"), environment(two_nodes))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == (
+        "gpu-7: vmid 101 on node pve-b (created), address 192.0.2.10"
+    )
+    assert "warning: vmid 100 was taken between /cluster/nextid and the clone" in result.stderr
+    assert "cloning ubuntu-2404-cloud (vmid 9000 on pve-a) to vmid 100 on pve-b" in result.stderr
+    assert "cleanup" not in result.stderr
+    other = two_nodes.fake.vm(100)
+    assert other is not None and other.node == "pve-b" and other.config["name"] == "someone-else"
+    assert [c for c in two_nodes.fake.calls if c.method != "GET" and "/qemu/100" in c.path] == []
+
+
+def test_a_59x_while_waiting_is_retried(pve: Running, key_file: Path) -> None:
+    pve.knobs.faults = [
+        Fault("GET", r".*/agent/network-get-interfaces", 595, "No route to host", times=3)
+    ]
+    result = ctl(arguments(pve, key_file), environment(pve))
+    assert result.returncode == 0, result.stderr
+    assert (
+        "warning: GET /nodes/pve/qemu/100/agent/network-get-interfaces: 595 No route to host "
+        "(pveproxy could not relay the call to the node); retrying while waiting for the guest "
+        "agent's address" in result.stderr
+    )
+    assert result.stdout.startswith("gpu-7: vmid 100 on node pve (created)")
+
+
+def test_no_answer_for_the_whole_step_leaves_the_vm_and_says_how_to_go_on(
+    pve: Running, key_file: Path
+) -> None:
+    pve.knobs.faults = [Fault("GET", r".*/agent/network-get-interfaces", 596, "Broken pipe", 10**6)]
+    args = arguments(pve, key_file)
+    args[args.index("--step-timeout") + 1] = "2"
+    result = ctl(args, environment(pve))
+    assert result.returncode == 1
+    assert "error: gave up after 2 s waiting for the guest agent's address" in result.stderr
+    assert (
+        "cleanup: vmid 100 (gpu-7) is left on node pve: Proxmox did not answer, so ctl removed "
+        "nothing\ncleanup: run the same command again to go on from where it stands\n"
+        in result.stderr
+    )
+    assert "cleanup: remove it on node pve: qm stop 100; qm destroy 100 --purge" in result.stderr
+    vm = pve.fake.vm(100)
+    assert vm is not None and vm.running
+    assert pve.fake.calls_to("DELETE", r".*") == []
+
+
+def test_a_vm_that_is_not_ours_is_left_alone_and_reported(pve: Running, key_file: Path) -> None:
+    def replace_ours(fake: FakeProxmox, call: Call) -> None:
+        if call.method == "POST" and call.path == "/nodes/pve/qemu/100/status/start":
+            vm = fake.vms[100]
+            vm.config = {"name": "web-3", "description": "prod web", "scsi0": "x"}
+            vm.running = True
+            vm.booted_at = time.monotonic()
+
+    pve.knobs.after_call = replace_ours
+    result = ctl(arguments(pve, key_file), environment(pve))
+    assert result.returncode == 1
+    assert "error: the start failed: VM 100 already running" in result.stderr
+    assert re.search(
+        r"^cleanup: vmid 100 on node pve is not the VM this run made: its description lacks "
+        r"modelfleet-run-[0-9a-f]{12} \(found: named web-3, description 'prod web'\); "
+        r"left alone$",
+        result.stderr,
+        re.M,
+    ), result.stderr
+    vm = pve.fake.vm(100)
+    assert vm is not None and vm.running and vm.config["name"] == "web-3"
+    assert pve.fake.calls_to("POST", r".*/status/stop") == []
+    assert pve.fake.calls_to("DELETE", r".*") == []
