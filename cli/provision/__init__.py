@@ -5,5 +5,7 @@
   statuses, guest-agent interfaces, drive sizes) are read back. No I/O.
 - `api`: the small interface the steps need (one generic call), and its errors.
 - `proxmox`: that interface over proxmoxer and HTTPS, and where the API token comes from.
-- `run`: the steps with bounded waits, idempotence by name, and cleanup on failure.
+
+The steps (bounded waits, idempotence by name, the cleanup that destroys only a VM
+proven to be the run's own) are `cli/ops/provision.py`.
 """
