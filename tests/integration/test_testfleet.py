@@ -21,6 +21,7 @@ from cli.facts.parse import (
 )
 from cli.inventory.load import load_inventory
 from tests import testfleet as fleet_script
+from tests.ctl import ctl_environment
 from tests.fakes import nvidia_smi
 from tests.integration.conftest import LiveFleet
 
@@ -252,3 +253,93 @@ def test_one_node_stops_and_starts_while_the_others_stay_up(fleet_exclusive: Liv
     assert result.returncode == 0
     memory = parse_meminfo(result.stdout)
     assert memory is not None and memory.total_mib == int(node.spec.memory_gib * 1024)
+
+
+DOCS_STATE = Path("/var/tmp/modelfleet-testfleet")
+CLEAN_UNITS = (
+    "for unit in $(systemctl list-units 'modelfleet-*-rank*' --all --plain --no-legend"
+    ' | awk \'{print $1}\'); do systemctl kill -s KILL "$unit"; systemctl stop "$unit";'
+    " done; rm -f /etc/systemd/system/modelfleet-*-rank*.service /etc/modelfleet/shards/*"
+    " /var/lib/modelfleet/shards/*; systemctl daemon-reload; systemctl reset-failed"
+)
+
+
+def fenced(text: str, heading: str, language: str) -> list[str]:
+    section = text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(rf"```{language}\n(.*?)\n```", section, flags=re.DOTALL)
+
+
+def docs_commands() -> list[str]:
+    blocks = fenced((ROOT / "docs" / "testfleet.md").read_text(), "Use", "sh")
+    assert len(blocks) == 1
+    return blocks[0].splitlines()
+
+
+def test_the_readme_try_it_commands_are_the_docs_first_steps() -> None:
+    blocks = fenced((ROOT / "README.md").read_text(), "Try it on a local fleet", "sh")
+    assert len(blocks) == 1
+    readme = blocks[0].splitlines()
+    assert readme == [
+        "scripts/testfleet up 3",
+        ".venv/bin/ctl reconcile --catalog examples/testfleet/catalog.yaml"
+        " -i /var/tmp/modelfleet-testfleet/inventory",
+    ]
+    docs = docs_commands()
+    assert [line for line in docs if line in readme] == readme  # the same, in that order
+    # and nothing in the docs' block is a bare ctl, which is not on PATH after the README
+    assert not [line for line in docs if line.startswith("ctl ")]
+
+
+def test_the_docs_commands_run_as_written(fleet_exclusive: LiveFleet, tmp_path: Path) -> None:
+    fleet = fleet_exclusive
+    if fleet.state_dir != DOCS_STATE:
+        pytest.skip(f"the docs name {DOCS_STATE}; this fleet is in {fleet.state_dir}")
+    nodes = [node.name for node in fleet.nodes[:3]]
+    for node in nodes:  # nothing of an earlier test's running: the docs start from nothing
+        subprocess.run(fleet.ssh_command(node, CLEAN_UNITS), check=True, timeout=120)
+    docs = (ROOT / "docs" / "testfleet.md").read_text()
+    shown = docs.split("`ctl nodes` says:\n\n```\n", 1)[1].split("\n```", 1)[0]
+    environment = {**ctl_environment(), "XDG_STATE_HOME": str(tmp_path / "state")}
+    printed: dict[str, str] = {}
+    try:
+        for command in docs_commands():
+            run = command
+            if command == "scripts/testfleet up 3" and len(fleet.nodes) > 3:
+                # A bigger shared fleet stays whole: `up 3` would stop the nodes beyond 3.
+                run = f"scripts/testfleet up {len(fleet.nodes)}"
+            done = subprocess.run(
+                run, shell=True, cwd=ROOT, env=environment, capture_output=True, text=True,
+                timeout=600, check=False,
+            )  # fmt: skip
+            assert done.returncode == 0, (command, done.stdout, done.stderr)
+            printed[command] = done.stdout
+        nodes_command = ".venv/bin/ctl nodes -i /var/tmp/modelfleet-testfleet/inventory"
+        assert printed[nodes_command] == shown + "\n"
+        apply = next(c for c in printed if c.startswith(".venv/bin/ctl reconcile --catalog"))
+        lines = printed[apply].splitlines()
+        started = sorted(line for line in lines if line.startswith("started "))
+        assert started == [
+            "started big-1",
+            "started chat-1",
+            "started chat-2",
+            "started embed-1",
+            "started tiny-1",
+        ]
+        routes = next(c for c in printed if c.startswith(".venv/bin/ctl routes"))
+        rows = [line.split() for line in printed[routes].splitlines()[1:] if line[:1].strip()]
+        ready = {row[0]: row[2] for row in rows if len(row) > 2}
+        assert {m: ready.get(m) for m in ("chat", "big", "embed", "tiny")} == {
+            "chat": "2/2",
+            "big": "1/1",
+            "embed": "1/1",
+            "tiny": "1/1",
+        }
+        # up put working engines there: chat-1's stand-in answers as vLLM does
+        probe = (
+            "import urllib.request as u; print(u.urlopen('http://127.0.1.1:8000/v1/models').status)"
+        )
+        models = fleet.ssh(nodes[0], "python3", "-c", shlex.quote(probe))
+        assert models.stdout == "200\n", models.stderr
+    finally:
+        for node in nodes:
+            subprocess.run(fleet.ssh_command(node, CLEAN_UNITS), check=False, timeout=120)

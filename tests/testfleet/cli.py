@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TextIO
 
 from tests.testfleet.defaults import default_spec
+from tests.testfleet.engines import install_engines
 from tests.testfleet.fleet import clean, down, fleet_or_error, start, status, stop, up
 from tests.testfleet.nspawn import check_host
 from tests.testfleet.specs import (
@@ -20,7 +21,7 @@ from tests.testfleet.specs import (
     specs_from_file,
     specs_yaml,
 )
-from tests.testfleet.state import state_dir
+from tests.testfleet.state import print_say, state_dir
 
 
 def _print_status(state: Path, out: TextIO) -> int:
@@ -47,6 +48,11 @@ def _parser() -> argparse.ArgumentParser:
         "--timeout", type=float, metavar="SECONDS", help="for each node's sshd to answer"
     )
     up_parser.add_argument("--mirror", help="Debian mirror for debootstrap (default: apt's)")
+    up_parser.add_argument(
+        "--no-engines",
+        action="store_true",
+        help="leave out the stand-in engines (tests/fakes/engine.py) up installs on each node",
+    )
     commands.add_parser("status", help="one line per node")
     commands.add_parser("down", help="power every node off")
     for name, text in (("stop", "power one node off"), ("start", "boot one node")):
@@ -76,6 +82,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 timeout=arguments.timeout,
                 mirror=arguments.mirror,
             )
+            if not arguments.no_engines:
+                names = [node.name for node in result.fleet.nodes]
+                install_engines(result.fleet, names, print_say)
             print(f"inventory: {result.fleet.inventory}")
             print(f"key:       {result.fleet.client_key}")
             return _print_status(state, sys.stdout)

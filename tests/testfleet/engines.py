@@ -1,0 +1,72 @@
+"""The stand-in engines on the nodes, so that `ctl reconcile` on a fresh fleet starts
+replicas that serve (docs/standin-engine.md).
+
+tests/fakes/engine.py goes where ctl's command lines look for each engine: `vllm` and
+`llama-server` in /usr/local/bin, SGLang's `sglang/launch_server.py` in python3's
+dist-packages; with the real parsers' options it checks every command line against
+(cli/shards/engine_flags), and a config that loads a model in half a second. Installed
+over SSH once the nodes answer, into what each node keeps across `down`/`up`; a node that
+has them already is left alone (a digest file says which version it has).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Final
+
+from tests.fakes.standin_install import INSTALL_FLAG_DATA, flag_data_tar
+from tests.testfleet.specs import FleetError
+from tests.testfleet.state import Fleet, Say
+
+ENGINE: Final = Path(__file__).resolve().parents[1] / "fakes" / "engine.py"
+STANDIN_CONFIG: Final = '{"load_seconds": 0.5}'
+SGLANG: Final = "/usr/local/lib/python3.11/dist-packages/sglang"
+DIGEST_FILE: Final = "/etc/modelfleet-fake/standin.sha256"
+
+INSTALL: Final = (
+    f"set -e; install -d {SGLANG} /etc/modelfleet-fake;"
+    " cat > /usr/local/bin/vllm; chmod 755 /usr/local/bin/vllm;"
+    " cp /usr/local/bin/vllm /usr/local/bin/llama-server;"
+    f" cp /usr/local/bin/vllm {SGLANG}/launch_server.py; : > {SGLANG}/__init__.py;"
+    f" echo '{STANDIN_CONFIG}' > /etc/modelfleet-fake/standin.json"
+)
+
+
+def standin_digest() -> str:
+    """What the nodes should have: the engine, its flag data and its config."""
+    digest = hashlib.sha256(ENGINE.read_bytes())
+    digest.update(flag_data_tar())
+    digest.update(STANDIN_CONFIG.encode())
+    return digest.hexdigest()
+
+
+def _ssh(fleet: Fleet, node: str, script: str, data: bytes = b"") -> bytes:
+    done = subprocess.run(
+        fleet.ssh_command(node, f"sh -c {shlex.quote(script)}"),
+        input=data, capture_output=True, timeout=60, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        why = done.stderr.decode(errors="replace").strip()
+        raise FleetError(f"{node}: installing the stand-in engines failed: {why}")
+    return done.stdout
+
+
+def install_engines(fleet: Fleet, nodes: list[str], say: Say) -> list[str]:
+    """The stand-ins on each of `nodes` that lacks them (or has another version): the
+    names of the nodes that got them."""
+    wanted = standin_digest()
+    installed = []
+    for node in nodes:
+        have = _ssh(fleet, node, f"cat {DIGEST_FILE} 2>/dev/null || true").decode().strip()
+        if have == wanted:
+            continue
+        _ssh(fleet, node, INSTALL, ENGINE.read_bytes())
+        _ssh(fleet, node, INSTALL_FLAG_DATA, flag_data_tar())
+        _ssh(fleet, node, f"echo {wanted} > {DIGEST_FILE}")
+        installed.append(node)
+    if installed:
+        say(f"stand-in engines (vllm, sglang, llama-server) installed on {', '.join(installed)}")
+    return installed
