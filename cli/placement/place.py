@@ -524,13 +524,15 @@ def verdict_for(model: CatalogModel, snapshot: Snapshot) -> Verdict:
 
 
 def running_replicas(snapshot: Snapshot) -> dict[str, tuple[str, ...]]:
-    """Replicas of each model with shards on nodes that are not Lost."""
+    """Replicas of each model with a shard that runs (or starts) on a node not Lost; one
+    whose every unit failed runs nothing, though its records keep its name taken."""
     running: dict[str, set[str]] = {}
     for node in snapshot.nodes:
         if node.reachability is Reachability.LOST:
             continue
         for shard in node.shards:
-            running.setdefault(shard.model, set()).add(shard.replica)
+            if shard.holds:
+                running.setdefault(shard.model, set()).add(shard.replica)
     return {model: tuple(sorted(replicas, key=name_order)) for model, replicas in running.items()}
 
 

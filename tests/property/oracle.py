@@ -330,12 +330,14 @@ class Oracle:
     # -- the run --
 
     def running(self) -> dict[str, set[str]]:
-        """Replicas with a shard on a node that is not Lost."""
+        """Replicas with a running or starting shard on a node that is not Lost (a failed
+        shard runs nothing: docs/placement.md)."""
         found: dict[str, set[str]] = {}
         for node in self.snapshot.nodes:
             if node.reachability is not Reachability.LOST:
                 for shard in node.shards:
-                    found.setdefault(shard.model, set()).add(shard.replica)
+                    if shard.state in ("running", "starting"):
+                        found.setdefault(shard.model, set()).add(shard.replica)
         return found
 
     def sequence(self, models: Sequence[str] | None) -> list[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from cli.cluster.views import gpu_counts, node_notes, nodes_json
-from cli.placement.place import PlacementState
+from cli.placement.place import PlacementState, place, running_replicas
 from cli.routes.table import route_table
 from cli.ui.tables import gpus_cell, shards_cell
 from tests.builders import catalog, hgx, shard, snapshot
@@ -109,3 +109,13 @@ def test_a_failed_shards_gpu_with_a_process_still_on_it_is_unusable_not_free() -
     assert gpus[2] == (None, None)
     assert gpus[3] == (None, "pid 4003 python3")
     assert gpus_cell(lingering) == "7/8 H100"
+
+
+def test_a_replica_whose_units_all_failed_is_not_running_but_keeps_its_name() -> None:
+    # chat-2 failed, chat-3 starts, chat-4 runs; big-1's only shard here failed.
+    assert running_replicas(RESTARTED) == {"chat": ("chat-3", "chat-4")}
+
+    run = place(MODELS, RESTARTED, ["chat"])
+
+    assert run.running == {"chat": ("chat-3", "chat-4")}
+    assert [placement.replica for placement in run.placements] == ["chat-5"]
