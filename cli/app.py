@@ -82,6 +82,14 @@ def settings(
             help="An unreachable node counts as Lost after this long (e.g. 90m, 2h).",
         ),
     ] = "1h",
+    lock_timeout: Annotated[
+        float,
+        typer.Option(
+            envvar="MODELFLEET_LOCK_TIMEOUT",
+            min=0,
+            help="Seconds to wait for another ctl that is changing the same fleet.",
+        ),
+    ] = 60.0,
     _version: Annotated[
         bool,
         typer.Option(
@@ -100,6 +108,7 @@ def settings(
         command_timeout=command_timeout,
         parallel=parallel,
         lost_after=parse_duration(lost_after),
+        lock_timeout=lock_timeout,
     )
 
 

@@ -26,7 +26,9 @@ def cordon(
     The operator's files are edited in place, comments and formatting kept: where the node's
     own variables are (its host_vars file, or inline under its entry), or in a new
     host_vars/NODE.yml when the inventory names it only through a range. Running shards are
-    left alone. Exit code 2 on bad input, and nothing is changed.
+    left alone. Another ctl changing the same fleet is waited for, up to ctl's
+    --lock-timeout. Exit code 0 when written, 1 when the other ctl still holds the fleet
+    then, 2 on bad input; on 1 and 2 nothing is changed.
     """
     from cli.commands.locking import fleet_lock
     from cli.inventory.edit import cordon_node
@@ -45,8 +47,9 @@ def uncordon(
     """Let work onto a node again: remove its `cordoned` from the inventory.
 
     A cordon set for a group (or a host range) stays on the group's other nodes: this node
-    gets `cordoned: false` of its own instead. Exit code 0 when it was not cordoned, 2 on
-    bad input, and nothing is changed.
+    gets `cordoned: false` of its own instead. Another ctl changing the same fleet is waited
+    for, up to ctl's --lock-timeout. Exit code 0 when done (or it was not cordoned), 1 when
+    the other ctl still holds the fleet then, 2 on bad input; on 1 and 2 nothing is changed.
     """
     from cli.commands.locking import fleet_lock
     from cli.inventory.edit import uncordon_node

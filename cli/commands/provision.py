@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from cli.provision.plan import ProvisionOptions
     from cli.ops.provision import Outcome, ProvisionError
+    from cli.provision.plan import ProvisionOptions
 
 DEFAULT_CORES = 4
 DEFAULT_MEMORY_MIB = 16384
@@ -179,9 +179,9 @@ def _provision(
     token_file: Path | None,
     timeout: float,
 ) -> None:
+    from cli.ops.provision import Limits, Provisioner, ProvisionError
     from cli.provision.plan import redact
     from cli.provision.proxmox import ProxmoxClient, TokenError, load_token, token_file_warning
-    from cli.ops.provision import Limits, Provisioner, ProvisionError
     from cli.ui import console
 
     if not host:

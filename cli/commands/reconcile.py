@@ -42,7 +42,8 @@ def reconcile(
 
     Exit code 0 when the fleet matches the catalog (with --dry-run: when the plan brings
     it there), 1 when something could not be done (a replica unplaceable or failed, a
-    model waiting out its backoff, a node unreachable), 2 on bad input.
+    model waiting out its backoff, a node unreachable, another ctl still changing the same
+    fleet after --lock-timeout), 2 on bad input.
     """
     from cli.ui import console
 
@@ -93,11 +94,17 @@ def drain(
         host = load_inventory(inventory).find(node)
     if not dry_run:
         require_tools("ansible-playbook")  # before the cordon is written
-    if not dry_run and host.vars.cordoned is None:
-        with console.input_errors():
-            console.out.print(cordon_node(inventory, node, reason), markup=False)
     evict = frozenset({node})
-    code = reconcile_pass(context, catalog, inventory, None, dry_run, evict, force, reason)
+    if dry_run:
+        code = reconcile_pass(context, catalog, inventory, None, dry_run, evict, force, reason)
+        raise SystemExit(code)
+    from cli.commands.locking import fleet_lock
+
+    with fleet_lock(context, inventory):  # the cordon and the pass, as one change
+        if host.vars.cordoned is None:
+            with console.input_errors():
+                console.out.print(cordon_node(inventory, node, reason), markup=False)
+        code = reconcile_pass(context, catalog, inventory, None, dry_run, evict, force, reason)
     raise SystemExit(code)
 
 
@@ -110,6 +117,27 @@ def reconcile_pass(
     evict: frozenset[str] = frozenset(),
     force: bool = False,
     cordon: str | None = None,
+) -> int:
+    """One pass: plan, show, and (not dry_run) carry out, holding the fleet's lock from the
+    first fact gathered to the last change, so two passes never plan on the same state."""
+    args = (context, catalog_path, inventory_path, facts_dir, dry_run, evict, force, cordon)
+    if dry_run:
+        return _reconcile_pass(*args)
+    from cli.commands.locking import fleet_lock
+
+    with fleet_lock(context, inventory_path):
+        return _reconcile_pass(*args)
+
+
+def _reconcile_pass(
+    context: typer.Context,
+    catalog_path: Path,
+    inventory_path: Path,
+    facts_dir: Path | None,
+    dry_run: bool,
+    evict: frozenset[str],
+    force: bool,
+    cordon: str | None,
 ) -> int:
     from cli.commands.inputs import app_context, read_catalog, read_fleet, require_tools
     from cli.ops.reconcile import plan_pass

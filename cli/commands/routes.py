@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -44,9 +45,11 @@ def routes(
     replica, its fallbacks in order, and what is missing (docs/routing.md).
 
     Exit code 0 when every model that wants replicas has a ready one, 1 when one has
-    none (or a router could not be updated), 2 on bad input.
+    none (or a router could not be updated, or --apply waited past ctl's --lock-timeout for
+    another ctl changing the same fleet), 2 on bad input.
     """
     from cli.commands.inputs import read_catalog, read_fleet, require_tools
+    from cli.commands.locking import fleet_lock
     from cli.ops.fleet import serving_addresses
     from cli.routes.litellm import render
     from cli.routes.table import route_table, routes_json
@@ -59,20 +62,23 @@ def routes(
         console.fail("--facts reads a snapshot: routers are pointed at live facts only")
     if apply:
         require_tools("ansible-playbook")
-    loaded = read_catalog(catalog)
-    fleet = read_fleet(context, inventory, facts)
-    addresses, _ = serving_addresses(fleet.inventory)
-    table = route_table(loaded, fleet.snapshot, addresses)
-    if as_json:
-        console.print_json(routes_json(table))
-    elif litellm:
-        sys.stdout.write(render(table))
-    else:
-        console.print_table(routes_table(table))
-        console.print_lines(route_notes(table))
-    code = console.EXIT_OK if table.complete else console.EXIT_INCOMPLETE
-    if apply:
-        code = max(code, _apply(context, fleet, inventory, table))
+    # Applying: the fleet's lock from the facts read to the routers' update, so that no
+    # reconcile pass changes the replicas in between (cli/edges/lock.py).
+    with fleet_lock(context, inventory) if apply else contextlib.nullcontext():
+        loaded = read_catalog(catalog)
+        fleet = read_fleet(context, inventory, facts)
+        addresses, _ = serving_addresses(fleet.inventory)
+        table = route_table(loaded, fleet.snapshot, addresses)
+        if as_json:
+            console.print_json(routes_json(table))
+        elif litellm:
+            sys.stdout.write(render(table))
+        else:
+            console.print_table(routes_table(table))
+            console.print_lines(route_notes(table))
+        code = console.EXIT_OK if table.complete else console.EXIT_INCOMPLETE
+        if apply:
+            code = max(code, _apply(context, fleet, inventory, table))
     raise SystemExit(code)
 
 

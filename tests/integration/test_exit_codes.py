@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -135,8 +137,44 @@ class World:
         shutil.copytree(EXAMPLES / "inventory", copy)
         return str(copy)
 
+    def held_inventory(self) -> tuple[str, ...]:
+        """A copy of the example inventory whose fleet lock another process holds, and the
+        setting that makes ctl wait half a second for it."""
+        inventory = self.inventory_copy()
+        root = self.tmp / "s" / "modelfleet"  # the scenarios' XDG_STATE_HOME, below
+        holder = subprocess.Popen(
+            [sys.executable, "-c", HOLD, inventory, str(root)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        HOLDERS.append(holder)
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        return ("--lock-timeout", "0.5")
+
 
 Args = Callable[[World], tuple[str, ...]]
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from cli.edges.lock import exclusive, fleet_lock_path
+path = fleet_lock_path(Path(sys.argv[1]), Path(sys.argv[2]))
+with exclusive(path, timeout=5, command="ctl reconcile"):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+HOLDERS: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_holder_outlives_its_test() -> Iterator[None]:
+    yield
+    while HOLDERS:
+        holder = HOLDERS.pop()
+        holder.kill()
+        holder.wait(timeout=10)
+
 
 # (command, code) → the ctl arguments that give it: each a reason the help names.
 SCENARIOS: dict[tuple[str, int], Args] = {
@@ -194,7 +232,24 @@ SCENARIOS: dict[tuple[str, int], Args] = {
     ("routes", 2): lambda w: ("routes", "--catalog", str(w.tmp / "no.yaml"), *EXAMPLE_FLEET),
     ("cordon", 0): lambda w: ("cordon", "hgx-1", "-r", "fan", "--inventory", w.inventory_copy()),
     ("cordon", 2): lambda w: ("cordon", "nosuch", "-r", "fan", "--inventory", w.inventory_copy()),
+    # Another ctl holds the fleet's lock past --lock-timeout: nothing written.
+    ("cordon", 1): lambda w: (
+        *w.held_inventory(),
+        "cordon",
+        "hgx-1",
+        "-r",
+        "fan",
+        "--inventory",
+        str(w.tmp / "editable"),
+    ),
     ("uncordon", 0): lambda w: ("uncordon", "hgx-5", "--inventory", w.inventory_copy()),
+    ("uncordon", 1): lambda w: (
+        *w.held_inventory(),
+        "uncordon",
+        "hgx-5",
+        "--inventory",
+        str(w.tmp / "editable"),
+    ),
     ("uncordon", 2): lambda w: ("uncordon", "nosuch", "--inventory", w.inventory_copy()),
     ("catalog check", 0): lambda w: ("catalog", "check", *EXAMPLE_CATALOG),
     ("catalog check", 2): lambda w: (
