@@ -6,8 +6,8 @@ llama-cpp-python's source distribution on PyPI carries the whole llama.cpp tree 
 pip and builds the `llama-server` target with cmake and g++: CPU only, static llama and
 ggml libraries, no curl (llama.cpp has dropped it), OpenSSL on (`LLAMA_OPENSSL`: the server
 can then serve TLS), no OpenMP (the test fleet's nodes have no libgomp; ggml's own thread
-pool runs instead), no web UI (its assets would be downloaded). About 8 to 10 minutes on two
-busy cores, once: the result is kept in
+pool runs instead), no web UI (its assets would be downloaded). 14 minutes of CPU (33 minutes'
+wall time measured on two cores with a load average of 7 to 10), once: the result is kept in
 ${MODELFLEET_LLAMA_DIR:-/var/tmp/modelfleet-llama/VERSION} (`bin/llama-server`, the
 vocabularies in `models/`, `help.txt`: the binary's `--help`), and later runs and other
 clones reuse it. The tests only look for it (`installed_llama_server()`): a build of that
@@ -77,7 +77,7 @@ def installed_llama_server() -> LlamaServer:
     if not (root / COMPLETE).exists():
         raise RuntimeError(
             f"llama-server {VERSION} for the tests is not built in {root}:"
-            " scripts/build_llama_server builds it (about 10 minutes, once per machine)"
+            " scripts/build_llama_server builds it (14 minutes of CPU, once per machine)"
         )
     return LlamaServer(root)
 
