@@ -17,9 +17,13 @@ from cli.errors import InputError, InputProblem, near_miss
 from cli.schemaerrors import problems_from_validation
 from cli.shards.flags import accepted_options, check_options, versions_with_data
 from cli.shards.specs import Rank, engine_spec, version_tuple
-from cli.yamlsource import YamlDocument, parse_yaml
+from cli.yamlsource import MAX_SOURCE_BYTES, YamlDocument, decode_source, parse_yaml
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+EMPTY_CATALOG = (
+    "the catalog is empty: name its models under 'models' (to run no model at all, and"
+    " drain every replica, write `models: {}`)"
+)
 # Set per shard from where it was placed; a catalog value would send it to other GPUs.
 RESERVED_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NCCL_IB_HCA"})
 
@@ -69,17 +73,25 @@ class Catalog:
 
 def load_catalog(path: Path) -> Catalog:
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as file:  # no more than the parser would take
+            data = file.read(MAX_SOURCE_BYTES + 1)
     except OSError as error:
         raise InputError.single(str(path), None, (), f"cannot read: {error.strerror}") from None
-    return parse_catalog(text, str(path))
+    return parse_catalog(decode_source(data, str(path)), str(path))
 
 
 def parse_catalog(text: str, file: str) -> Catalog:
+    """The catalog in `text`. An empty one is refused: a file truncated mid-save, read as
+    "no models", would have reconcile drain every replica of the fleet; running nothing
+    is said as `models: {}`."""
     document = parse_yaml(text, file)
-    data = document.data if document.data is not None else {}
+    data = document.data
+    if data is None:
+        raise InputError([document.problem((), EMPTY_CATALOG)])
     if not isinstance(data, dict):
         raise InputError([document.problem((), "a catalog is a mapping with the key 'models'")])
+    if "models" not in data:
+        raise InputError([document.problem((), f"no key 'models': {EMPTY_CATALOG}")])
     try:
         parsed = CatalogFile.model_validate(data)
     except ValidationError as error:
@@ -113,7 +125,7 @@ def parse_catalog(text: str, file: str) -> Catalog:
 def _check_model(document: YamlDocument, name: str, model: Model) -> list[InputProblem]:
     here = ("models", name)
     problems: list[InputProblem] = []
-    if not re.match(NAME_PATTERN, name):
+    if not re.fullmatch(NAME_PATTERN, name):
         problems.append(
             document.problem(here, "a model name uses letters, digits, '.', '_' and '-' only")
         )
@@ -311,7 +323,7 @@ def _collect_aliases(
                         at, f"alias '{alias}' is already an alias of '{aliases[alias]}'"
                     )
                 )
-            elif not re.match(NAME_PATTERN, alias):
+            elif not re.fullmatch(NAME_PATTERN, alias):
                 problems.append(
                     document.problem(at, "an alias uses letters, digits, '.', '_' and '-' only")
                 )

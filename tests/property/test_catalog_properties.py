@@ -321,7 +321,6 @@ def test_a_catalog_with_one_defect_is_refused_with_its_file_line_and_key(
 CPU = {"name": "cpu", "priority": 1, "engine": "llama.cpp"}
 
 
-@pytest.mark.xfail(strict=True, reason="NAME_PATTERN ends in $, which matches before a \\n")
 @pytest.mark.parametrize(
     "data",
     [
@@ -331,10 +330,8 @@ CPU = {"name": "cpu", "priority": 1, "engine": "llama.cpp"}
     ids=["alias", "model-name"],
 )
 def test_a_name_or_alias_ending_in_a_newline_is_refused(data: dict[str, Any]) -> None:
-    # Known bug, left for its owner: cli/catalog/load.py checks model names and aliases
-    # with re.match(NAME_PATTERN, ...), and the pattern's `$` also matches just before a
-    # trailing newline, so "qwen\n" (a quoted YAML string) is accepted. Strict: this
-    # fails (XPASS) once fixed, and the mark is removed then.
+    # The pattern's `$` also matches just before a trailing newline: cli/catalog/load.py
+    # checks names with re.fullmatch, so "qwen\n" (a quoted YAML string) is refused.
     with pytest.raises(InputError):
         parse_catalog(yaml.safe_dump(data), FILE)
 

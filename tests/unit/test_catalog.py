@@ -278,8 +278,30 @@ def test_a_catalog_that_is_not_a_mapping_is_refused() -> None:
     ]
 
 
-def test_an_empty_catalog_has_no_models() -> None:
-    assert load("").models == {}
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("", "catalog.yaml: the catalog is empty"),
+        ("# models:\n#   chat: {}\n", "catalog.yaml: the catalog is empty"),
+        ("aliases: {}\n", "catalog.yaml:1: no key 'models': the catalog is empty"),
+    ],
+    ids=["empty", "comments only", "no models key"],
+)
+def test_an_empty_catalog_is_refused_lest_reconcile_drain_everything(text: str, said: str) -> None:
+    # A file truncated mid-save read as "no models" would stop every replica of the fleet.
+    with pytest.raises(InputError) as raised:
+        parse_catalog(text, "catalog.yaml")
+
+    (problem,) = raised.value.problems
+    assert str(problem).startswith(said)
+    assert str(problem).endswith(
+        "name its models under 'models' (to run no model at all, and drain every replica,"
+        " write `models: {}`)"
+    )
+
+
+def test_no_models_is_said_as_an_empty_models_mapping() -> None:
+    assert load("models: {}\n").models == {}
 
 
 def test_a_node_selector_compares_numbers_and_booleans_as_label_text() -> None:
