@@ -37,8 +37,19 @@ def reconcile(
     catalog: CatalogOption = DEFAULT_CATALOG,
     inventory: InventoryOption = DEFAULT_INVENTORY,
     facts: FactsOption = None,
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes",
+            help="Carry out a pass that stops more than half of the running replicas.",
+        ),
+    ] = False,
 ) -> None:
     """Start, rebuild, move and drain replicas until the fleet runs what the catalog asks.
+
+    A pass that would stop more than half of the running replicas with nothing in their
+    place (a catalog cut short, a model removed by mistake) asks first on a terminal, and
+    without one refuses (exit code 1), unless --yes.
 
     Exit code 0 when the fleet matches the catalog (with --dry-run: when the plan brings
     it there), 1 when something could not be done (a replica unplaceable or failed, a
@@ -53,7 +64,7 @@ def reconcile(
     while True:
         if watch:  # each pass says when it ran
             console.out.print(f"--- pass at {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC ---")
-        code = reconcile_pass(context, catalog, inventory, facts, dry_run)
+        code = reconcile_pass(context, catalog, inventory, facts, dry_run, confirmed=yes)
         if not watch:
             raise SystemExit(code)
         try:
@@ -117,10 +128,16 @@ def reconcile_pass(
     evict: frozenset[str] = frozenset(),
     force: bool = False,
     cordon: str | None = None,
+    *,
+    confirmed: bool = True,
 ) -> int:
     """One pass: plan, show, and (not dry_run) carry out, holding the fleet's lock from the
-    first fact gathered to the last change, so two passes never plan on the same state."""
-    args = (context, catalog_path, inventory_path, facts_dir, dry_run, evict, force, cordon)
+    first fact gathered to the last change, so two passes never plan on the same state.
+    Not `confirmed`: a plan that stops most running replicas is asked about first."""
+    args = (
+        context, catalog_path, inventory_path, facts_dir, dry_run, evict, force, cordon,
+        confirmed,
+    )  # fmt: skip
     if dry_run:
         return _reconcile_pass(*args)
     from cli.commands.locking import fleet_lock
@@ -138,6 +155,7 @@ def _reconcile_pass(
     evict: frozenset[str],
     force: bool,
     cordon: str | None,
+    confirmed: bool,
 ) -> int:
     from cli.commands.inputs import app_context, read_catalog, read_fleet, require_tools
     from cli.ops.reconcile import plan_pass
@@ -155,7 +173,29 @@ def _reconcile_pass(
     if dry_run:
         incomplete = bool(the_plan.unplaced or the_plan.waits) or fleet.partial
         return console.EXIT_INCOMPLETE if incomplete else console.EXIT_OK
+    if not confirmed and not _mass_stop_confirmed(the_plan):
+        return console.EXIT_INCOMPLETE
     return apply_plan(context, fleet, the_plan, inventory_path, loaded)
+
+
+def _mass_stop_confirmed(the_plan: Plan) -> bool:
+    """True unless the plan stops more than half of the running replicas with nothing in
+    their place and the operator, asked on a terminal, says no (or there is no terminal)."""
+    import sys
+
+    from cli.reconcile.planner import retired_unreplaced
+    from cli.ui import console
+
+    lost, running = retired_unreplaced(the_plan)
+    if 2 * len(lost) <= running:
+        return True
+    said = f"this pass stops {len(lost)} of {running} running replicas, with nothing in their place"
+    if sys.stdin.isatty():
+        return typer.confirm(f"{said}. Go on?", default=False, err=True)
+    console.err.print(
+        f"error: {said}; nothing was changed (check the catalog; --yes to go on)", markup=False
+    )
+    return False
 
 
 def apply_plan(

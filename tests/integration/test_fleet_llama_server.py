@@ -273,7 +273,7 @@ def test_the_real_llama_server_serves_drains_and_is_rebuilt_through_ctl(
 
         # 4. An empty catalog: nothing of ours left running.
         ctl.catalog.write_text("models: {}\n")
-        result = ctl("reconcile")
+        result = ctl("reconcile", "--yes")
         assert ctl.shards() == {}, result.stdout + result.stderr
     finally:
         fleet.ssh(

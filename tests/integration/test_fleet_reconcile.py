@@ -202,9 +202,17 @@ def test_reconcile_runs_the_catalog_and_recovers_without_an_operator(
     assert moved and all(n != lost_node for s in moved.values() for n, _ in s)
     fleet.start(lost_node)
 
-    # 5. An empty catalog drains everything: nothing of ours is left running.
+    # 5. A catalog of no models drains everything, but only when asked twice: a pass that
+    # stops more than half of the running replicas refuses without a terminal...
     ctl.catalog.write_text("models: {}\n")
-    result = ctl("reconcile")
+    before = ctl.shards()
+    assert before
+    refused = ctl("reconcile")
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert re.search(r"this pass stops \d+ of \d+ running replicas", refused.stderr)
+    assert ctl.shards() == before
+    # ...and --yes carries it out: nothing of ours is left running.
+    result = ctl("reconcile", "--yes")
     assert ctl.shards() == {}, result.stdout + result.stderr
     assert datetime.now(UTC)  # the steps above ran against the real clock
 

@@ -299,7 +299,7 @@ def test_requests_by_alias_keep_being_answered_while_replicas_move_and_fall_back
 
         # 4. An empty catalog: everything drains, the router serves nothing.
         ctl.catalog.write_text("models: {}\n")
-        result = ctl("reconcile")
+        result = ctl("reconcile", "--yes")
         assert ctl.shards() == {}, result.stdout + result.stderr
         with pytest.raises(urllib.error.HTTPError):
             ask(fleet, "assistant")
