@@ -10,6 +10,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 from datetime import UTC, datetime
@@ -226,6 +227,9 @@ def test_each_watch_pass_says_when_it_ran() -> None:
         env=ctl_environment(),
     )  # fmt: skip
     stamps: list[datetime] = []
+    # Killed after a minute, stamps or not: its output then ends and the loop with it.
+    deadline = threading.Timer(60, process.kill)
+    deadline.start()
     try:
         assert process.stdout is not None
         for line in process.stdout:
@@ -235,6 +239,7 @@ def test_each_watch_pass_says_when_it_ran() -> None:
             if len(stamps) == 3:
                 break
     finally:
+        deadline.cancel()
         process.kill()
         process.wait(timeout=30)
     assert len(stamps) == 3

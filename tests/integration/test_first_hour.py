@@ -4,6 +4,7 @@ counts in words. Each is one line that says what to do, and the right exit code.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import site
 import subprocess
@@ -183,3 +184,31 @@ def test_catalog_check_counts_in_words_that_agree(tmp_path: Path) -> None:
     result = ctl("catalog", "check", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "catalog.yaml: OK — 1 model, 1 profile, 1 alias"
+
+
+def test_nodes_names_an_unreachable_node_once() -> None:
+    result = ctl("nodes", "--inventory", "examples/inventory", "--facts", "examples/facts")
+    said = (result.stdout + result.stderr).count("timed out after 10 s")
+    assert said == 1, (result.stdout, result.stderr)
+    assert "l40s-2: unreachable: timed out after 10 s" in result.stdout.splitlines()
+    assert result.stderr == ""
+
+
+def test_nodes_json_still_names_it_on_stderr_for_the_person_watching() -> None:
+    args = ["nodes", "--json", "--inventory", "examples/inventory", "--facts", "examples/facts"]
+    result = ctl(*args)
+    assert result.stderr == "warning: l40s-2: timed out after 10 s\n"
+
+
+def test_the_readme_names_the_packages_ci_installs_for_the_tests() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## What the tests need\n", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`([a-z0-9][a-z0-9.+-]*)`", section))
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    apt = ci.split("apt-get install -y -qq", 1)[1].split(">/dev/null", 1)[0]
+    installed = set(apt.replace("\\", " ").split())
+    needed = {"openssh-server", "openssh-client", "systemd-container", "debootstrap", "tmux"}
+    assert needed <= installed
+    assert needed | {"python3-venv", "git"} <= named
+    assert named - {"scripts/test", ".venv", ".ci/run"} <= installed
+    assert "**root**" in section
