@@ -14,6 +14,7 @@ Conventions shared by all parsers:
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -26,6 +27,12 @@ from cli.facts.model import Gpu, GpuProcess, HcaPort, Memory, ShardRecord
 __all__ = [
     "COMPUTE_APPS_FIELDS",
     "GPU_QUERY_FIELDS",
+    "MAX_GPUS",
+    "MAX_HCA_PORTS",
+    "MAX_PROCESSES",
+    "MAX_REPLICA_NODES",
+    "MAX_SHARDS",
+    "MAX_TOPOLOGY_COLUMNS",
     "NOT_REPORTED",
     "FactsParseError",
     "apply_cgroup_limit",
@@ -73,6 +80,23 @@ BYTES_PER_MIB: Final = 1024 * 1024
 # 9223372036854771712 with 4 KiB pages). Anything at or above 1 EiB is read as "no limit".
 CGROUP_UNLIMITED_BYTES: Final = 1 << 60
 
+# Bounded work per node: a list longer than this is refused whole, with a note, before a row
+# of it is read (a node is not believed to have 300,000 GPUs, and reading them would cost
+# every other node its turn). Far above any real machine.
+MAX_GPUS: Final = 1024
+MAX_PROCESSES: Final = 16_384  # rows of --query-compute-apps
+MAX_HCA_PORTS: Final = 1024
+MAX_SHARDS: Final = 1024  # shard records on one node
+MAX_TOPOLOGY_COLUMNS: Final = 2048  # GPUs and NICs in `nvidia-smi topo -m`
+MAX_REPLICA_NODES: Final = 1024  # a shard record's `nodes`
+MAX_PID: Final = 4_194_304  # the kernel's PID_MAX_LIMIT
+MAX_PORT: Final = 65_535
+MAX_IB_PORT: Final = 255  # a port number is a u8 in the verbs API
+MAX_MEMORY_GIB: Final = float(1 << 30)  # 1 EiB
+# Any other number: at most 18 digits (below 2**63), checked before int() is called, so a
+# 5,000-digit value is a parse error, not Python's int-limit ValueError.
+_MAX_DIGITS: Final = 18
+
 SECTION_MEMINFO: Final = "/proc/meminfo"
 SECTION_CGROUP: Final = "cgroup memory limit"
 SECTION_QUERY_GPU: Final = "nvidia-smi --query-gpu"
@@ -104,6 +128,26 @@ _DIGITS = re.compile(r"^[0-9]+$")  # str.isdigit() also accepts "²", which int(
 
 def _is_whole_number(text: str) -> bool:
     return _DIGITS.match(text) is not None
+
+
+def _bounded_int(text: str, section: str, line: int, what: str, maximum: int) -> int:
+    """`text`, already known to be digits, as an int no greater than `maximum`; the length
+    is checked first so that int() never meets a huge string."""
+    if len(text.lstrip("0")) > len(str(maximum)) or int(text) > maximum:
+        raise FactsParseError(
+            section, line, f"{what} {_quote(text)} is out of range (at most {maximum:,})"
+        )
+    return int(text)
+
+
+_MAX_VALUE: Final = 10**_MAX_DIGITS - 1
+
+
+def _count_rows(text: str, section: str, what: str, maximum: int, skip: str = "") -> None:
+    """Refuse a list longer than `maximum` rows before reading any of it."""
+    rows = sum(1 for raw in text.splitlines() if raw.strip() and raw.strip() != skip)
+    if rows > maximum:
+        raise FactsParseError(section, 0, f"reported {rows} {what}, more than {maximum:,}")
 
 
 @dataclass(frozen=True)
@@ -143,7 +187,7 @@ def _meminfo_kib(line: _Line, key: str) -> int:
             line.number,
             f"{key} is in {_quote(unit or 'no unit')}, expected kB",
         )
-    return int(match.group("value"))
+    return _bounded_int(match.group("value"), SECTION_MEMINFO, line.number, key, _MAX_VALUE)
 
 
 def parse_meminfo(text: str) -> Memory | None:
@@ -200,7 +244,7 @@ def apply_cgroup_limit(memory: Memory | None, limit_text: str) -> Memory | None:
             line.number,
             f"expected 'max' or a number of bytes, got {_quote(line.text)}",
         )
-    limit_bytes = int(line.text)
+    limit_bytes = _bounded_int(line.text, SECTION_CGROUP, line.number, "limit", (1 << 64) - 1)
     if limit_bytes >= CGROUP_UNLIMITED_BYTES:
         return memory
     limit_mib = limit_bytes // BYTES_PER_MIB
@@ -230,10 +274,10 @@ def _fields(line: _Line, section: str, expected: int) -> list[str]:
     return fields
 
 
-def _required_int(value: str, section: str, line: int, what: str) -> int:
+def _required_int(value: str, section: str, line: int, what: str, maximum: int = _MAX_VALUE) -> int:
     if not _is_whole_number(value):
         raise FactsParseError(section, line, f"{what} {_quote(value)} is not a whole number")
-    return int(value)
+    return _bounded_int(value, section, line, what, maximum)
 
 
 def _optional_int(value: str, section: str, line: int, what: str) -> int | None:
@@ -244,7 +288,7 @@ def _optional_int(value: str, section: str, line: int, what: str) -> int | None:
             " (the probe must use --format=csv,noheader,nounits)" if _WITH_UNIT.match(value) else ""
         )
         raise FactsParseError(section, line, f"{what} {_quote(value)} is not a whole number{hint}")
-    return int(value)
+    return _bounded_int(value, section, line, what, _MAX_VALUE)
 
 
 def _required_text(value: str, section: str, line: int, what: str) -> str:
@@ -260,6 +304,7 @@ def parse_query_gpu(text: str) -> tuple[Gpu, ...]:
     numeric fields and the bus id; index, uuid and name are required. GPU names contain
     spaces but never commas. `No devices were found` means no GPUs: an empty tuple.
     """
+    _count_rows(text, SECTION_QUERY_GPU, "GPUs", MAX_GPUS, skip=_NO_DEVICES)
     gpus: list[Gpu] = []
     seen: dict[int, int] = {}
     for line in _lines(text):
@@ -271,7 +316,7 @@ def parse_query_gpu(text: str) -> tuple[Gpu, ...]:
             raise FactsParseError(
                 SECTION_QUERY_GPU, line.number, "found a header line; the probe must use noheader"
             )
-        index = _required_int(index_text, SECTION_QUERY_GPU, line.number, "index")
+        index = _required_int(index_text, SECTION_QUERY_GPU, line.number, "index", MAX_GPUS - 1)
         if index in seen:
             raise FactsParseError(
                 SECTION_QUERY_GPU,
@@ -313,6 +358,7 @@ def parse_compute_apps(text: str) -> tuple[GpuProcess, ...]:
     Empty output and `No running processes found` mean none. A process name may contain
     commas (it is a path); the uuid, pid and memory around it never do.
     """
+    _count_rows(text, SECTION_COMPUTE_APPS, "processes", MAX_PROCESSES, skip=_NO_PROCESSES)
     processes: list[GpuProcess] = []
     for line in _lines(text):
         if line.text == _NO_PROCESSES:
@@ -334,7 +380,7 @@ def parse_compute_apps(text: str) -> tuple[GpuProcess, ...]:
         processes.append(
             GpuProcess(
                 gpu_uuid=_required_text(uuid, SECTION_COMPUTE_APPS, line.number, "gpu_uuid"),
-                pid=_required_int(pid_text, SECTION_COMPUTE_APPS, line.number, "pid"),
+                pid=_required_int(pid_text, SECTION_COMPUTE_APPS, line.number, "pid", MAX_PID),
                 process_name=", ".join(name_parts),
                 used_memory_mib=_optional_int(
                     memory, SECTION_COMPUTE_APPS, line.number, "used_memory"
@@ -349,10 +395,10 @@ def parse_compute_apps(text: str) -> tuple[GpuProcess, ...]:
 # CSI sequences (colour, underline, ...) and the rarer two-byte escapes.
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _GPU_LABEL = re.compile(r"^GPU(\d+)$")
-_NVLINK = re.compile(r"^NV(\d+)$")
+_NVLINK = re.compile(r"^NV(\d{1,4})$")
 # A matrix cell: X for self, NV# for NVLink, or an upper-case path kind (SYS, NODE, PHB, PXB,
 # PIX, and SOC from old drivers). Anything else (a CPU list, a number) means a shifted row.
-_CELL = re.compile(r"^(X|NV\d+|[A-Z]{2,5})$")
+_CELL = re.compile(r"^(X|NV\d{1,4}|[A-Z]{2,5})$")
 # Header words after the device columns: "CPU Affinity", "NUMA Affinity", "GPU NUMA ID".
 _HEADER_TAIL = frozenset({"CPU", "NUMA", "GPU", "Affinity", "ID"})
 
@@ -360,6 +406,14 @@ _HEADER_TAIL = frozenset({"CPU", "NUMA", "GPU", "Affinity", "ID"})
 def strip_ansi(text: str) -> str:
     """Remove terminal escape codes (some drivers underline the topology header)."""
     return _ANSI.sub("", text)
+
+
+def _gpu_number(digits: str, line: int, label: str) -> int:
+    if len(digits) > len(str(MAX_GPUS)) or int(digits) >= MAX_GPUS:
+        raise FactsParseError(
+            SECTION_TOPOLOGY, line, f"{_quote(label)}: a GPU number of {MAX_GPUS:,} or more"
+        )
+    return int(digits)
 
 
 def parse_topology(text: str) -> tuple[tuple[int, ...], ...]:
@@ -386,16 +440,24 @@ def parse_topology(text: str) -> tuple[tuple[int, ...], ...]:
         if token in _HEADER_TAIL:
             break
         columns.append(token)
+    if len(columns) > MAX_TOPOLOGY_COLUMNS:
+        raise FactsParseError(
+            SECTION_TOPOLOGY,
+            header_at + 1,
+            f"reported {len(columns)} columns, more than {MAX_TOPOLOGY_COLUMNS:,}",
+        )
     gpu_columns: dict[int, int] = {}  # column position → GPU number
+    seen_gpus: set[int] = set()
     for position, label in enumerate(columns):
         match = _GPU_LABEL.match(label)
         if match is not None:
-            gpu = int(match.group(1))
-            if gpu in gpu_columns.values():
+            gpu = _gpu_number(match.group(1), header_at + 1, label)
+            if gpu in seen_gpus:
                 raise FactsParseError(
                     SECTION_TOPOLOGY, header_at + 1, f"column {label} appears twice"
                 )
             gpu_columns[position] = gpu
+            seen_gpus.add(gpu)
 
     links: dict[int, dict[int, str]] = {}
     row_lines: dict[int, int] = {}
@@ -408,8 +470,8 @@ def parse_topology(text: str) -> tuple[tuple[int, ...], ...]:
         match = _GPU_LABEL.match(tokens[0])
         if match is None:
             continue  # a NIC row
-        gpu = int(match.group(1))
-        if gpu not in gpu_columns.values():
+        gpu = _gpu_number(match.group(1), offset, tokens[0])
+        if gpu not in seen_gpus:
             raise FactsParseError(SECTION_TOPOLOGY, offset, f"row {tokens[0]} has no column")
         if gpu in links:
             raise FactsParseError(
@@ -482,7 +544,7 @@ _SYSFS_PREFIX = "/sys/class/infiniband/"
 _PORT_FILE = re.compile(r"^(?P<hca>[^/]+)/ports/(?P<port>[^/]+)/(?P<file>[^/]+)$")
 _PORT_FILES = frozenset({"state", "rate", "link_layer"})
 _STATE = re.compile(r"^\d+:\s*(?P<name>[A-Z_]+)$")
-_RATE = re.compile(r"^(?P<gbps>\d+(?:\.\d+)?) Gb/sec(?: \([^)]*\))?$")
+_RATE = re.compile(r"^(?P<gbps>\d{1,6}(?:\.\d{1,6})?) Gb/sec(?: \([^)]*\))?$")
 _LINK_LAYERS: Final[dict[str, Literal["InfiniBand", "Ethernet"]]] = {
     "InfiniBand": "InfiniBand",
     "Ethernet": "Ethernet",
@@ -491,8 +553,10 @@ _LINK_LAYERS: Final[dict[str, Literal["InfiniBand", "Ethernet"]]] = {
 
 def _natural(text: str) -> tuple[tuple[int, str], ...]:
     """Sort key that puts mlx5_2 before mlx5_10."""
+    # A run of digits compares by its length, then its text: no int() of a huge run.
     return tuple(
-        (int(part), "") if part.isdecimal() else (0, part) for part in re.split(r"(\d+)", text)
+        (len(part.lstrip("0")), part.lstrip("0")) if _is_whole_number(part) else (0, part)
+        for part in re.split(r"(\d+)", text)
     )
 
 
@@ -504,6 +568,10 @@ def parse_infiniband(files: Mapping[str, str]) -> tuple[HcaPort, ...]:
     the model has no name for (OmniPath) is reported as None. Keys may carry the
     `/sys/class/infiniband/` prefix; files other than these three are ignored.
     """
+    if len(files) > 3 * MAX_HCA_PORTS:
+        raise FactsParseError(
+            _SYSFS_PREFIX, 0, f"reported {len(files)} files, more than {3 * MAX_HCA_PORTS:,}"
+        )
     ports: dict[tuple[str, int], dict[str, tuple[str, str]]] = {}
     for key, content in files.items():
         relative = key.removeprefix(_SYSFS_PREFIX)
@@ -512,13 +580,19 @@ def parse_infiniband(files: Mapping[str, str]) -> tuple[HcaPort, ...]:
             continue
         where = _SYSFS_PREFIX + relative
         port_text = match.group("port")
-        if not _is_whole_number(port_text) or int(port_text) < 1:
+        if not _is_whole_number(port_text) or len(port_text) > 3 or int(port_text) < 1:
             raise FactsParseError(where, 0, f"port {_quote(port_text)} is not a port number")
+        if int(port_text) > MAX_IB_PORT:
+            raise FactsParseError(where, 0, f"port {port_text} is more than {MAX_IB_PORT}")
         ports.setdefault((match.group("hca"), int(port_text)), {})[match.group("file")] = (
             where,
             content.strip(),
         )
 
+    if len(ports) > MAX_HCA_PORTS:
+        raise FactsParseError(
+            _SYSFS_PREFIX, 0, f"reported {len(ports)} HCA ports, more than {MAX_HCA_PORTS:,}"
+        )
     result: list[HcaPort] = []
     for (hca, port), port_files in sorted(
         ports.items(), key=lambda item: (_natural(item[0][0]), item[0][1])
@@ -581,16 +655,17 @@ UNIT_STATES: Final[dict[str, str]] = {
 def parse_shard_records(text: str) -> tuple[ShardRecord, ...]:
     """One shard a line: its JSON record, then optionally a tab and its unit's
     `systemctl is-active` word; blank lines are skipped."""
+    _count_rows(text, SECTION_SHARDS, "shard records", MAX_SHARDS)
     records: list[ShardRecord] = []
     for line in _lines(text):
         body, _, unit_state = line.text.partition("\t")
         try:
-            data = json.loads(body)
+            data = json.loads(body, parse_constant=_no_constant)
         except json.JSONDecodeError as error:
             raise FactsParseError(
                 SECTION_SHARDS, line.number, f"not JSON: {error.msg} at column {error.colno}"
             ) from None
-        except (ValueError, RecursionError) as error:  # a 4301-digit number; 10**5 '['
+        except (ValueError, RecursionError) as error:  # a 4301-digit number; 10**5 '['; NaN
             raise FactsParseError(SECTION_SHARDS, line.number, f"not JSON: {error}") from None
         if not isinstance(data, dict):
             raise FactsParseError(
@@ -606,14 +681,48 @@ def parse_shard_records(text: str) -> tuple[ShardRecord, ...]:
                 )
             data["state"] = UNIT_STATES[unit_state]
         try:
-            records.append(ShardRecord.model_validate(data))
+            record = ShardRecord.model_validate(data)
         except ValidationError as error:
             raise FactsParseError(SECTION_SHARDS, line.number, _first_error(error)) from None
+        problem = _out_of_range(record)
+        if problem is not None:
+            raise FactsParseError(SECTION_SHARDS, line.number, problem)
+        records.append(record)
     return tuple(records)
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number a record may hold")
+
+
+def _out_of_range(record: ShardRecord) -> str | None:
+    """What in a record no real shard has: checked here, at parse, so that nothing after
+    (the planner, reconcile --dry-run, routes) does work per claimed node or GPU. Whether
+    the record fits the catalog and the node is judged later (cli/cluster)."""
+    if record.nodes > MAX_REPLICA_NODES:
+        return f"nodes {record.nodes} is more than {MAX_REPLICA_NODES:,}"
+    if record.rank >= MAX_REPLICA_NODES:
+        return f"rank {record.rank} is more than {MAX_REPLICA_NODES - 1:,}"
+    if len(record.gpus) > MAX_GPUS:
+        return f"claims {len(record.gpus)} GPUs, more than {MAX_GPUS:,}"
+    bad_gpu = next((gpu for gpu in record.gpus if not 0 <= gpu < MAX_GPUS), None)
+    if bad_gpu is not None:
+        return f"GPU {bad_gpu} is out of range (0 to {MAX_GPUS - 1:,})"
+    if len(set(record.gpus)) != len(record.gpus):
+        return "claims a GPU twice"
+    if len(record.hcas) > MAX_HCA_PORTS:
+        return f"claims {len(record.hcas)} HCAs, more than {MAX_HCA_PORTS:,}"
+    if record.port is not None and not 1 <= record.port <= MAX_PORT:
+        return f"port {record.port} is out of range (1 to {MAX_PORT:,})"
+    memory = record.memory_gib
+    if memory is not None and not (math.isfinite(memory) and 0 <= memory <= MAX_MEMORY_GIB):
+        return f"memory_gib {memory} is not a size (0 to {MAX_MEMORY_GIB:g} GiB)"
+    return None
 
 
 SECTION_LISTENING: Final = "/proc/net/tcp"
 _TCP_LISTEN = "0A"
+_HEX_PORT = re.compile(r"^[0-9A-Fa-f]{1,4}$")  # 16 bits: the kernel prints 4 hex digits
 
 
 def parse_listening_ports(text: str) -> tuple[int, ...]:
@@ -628,10 +737,10 @@ def parse_listening_ports(text: str) -> tuple[int, ...]:
             raise FactsParseError(SECTION_LISTENING, line.number, "not a /proc/net/tcp row")
         if fields[3] != _TCP_LISTEN:
             continue
-        try:
-            ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-        except ValueError:
+        port_hex = fields[1].rsplit(":", 1)[1]
+        if not _HEX_PORT.match(port_hex):
             raise FactsParseError(
                 SECTION_LISTENING, line.number, f"bad local address {_quote(fields[1])}"
-            ) from None
+            )
+        ports.add(int(port_hex, 16))
     return tuple(sorted(ports))

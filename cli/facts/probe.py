@@ -26,7 +26,8 @@ from cli.facts.parse import (
 )
 
 PROBE_VERSION = "1"
-_MARK = re.compile(r"^@@modelfleet (begin|end) ([a-z0-9-]+)(?: (\d+))?$")
+# An exit status is 0 to 255: a longer number is no end mark (and never reaches int()).
+_MARK = re.compile(r"^@@modelfleet (begin|end) ([a-z0-9-]{1,40})(?: ([0-9]{1,3}))?$")
 COMMAND_NOT_FOUND = 127
 
 
@@ -262,3 +263,7 @@ def facts_from_attempt(
         return facts_from_probe(output, now)
     except ProbeOutputError as failure:
         return unreached(previous, now, f"unusable probe output: {failure}")
+    except (ValueError, RecursionError, MemoryError) as failure:
+        # Never expected (every parser says what it cannot read as FactsParseError), but
+        # one node's output must not stop the others: it is that node's error.
+        return unreached(previous, now, f"unusable probe output: {type(failure).__name__}")

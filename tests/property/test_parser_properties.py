@@ -669,12 +669,10 @@ CRASHES: dict[str, Callable[[], Any]] = {
 }
 
 
-@pytest.mark.xfail(raises=ValueError, strict=True, reason="int() refuses over 4300 digits")
 @pytest.mark.parametrize("name", list(CRASHES))
 def test_a_number_of_more_than_4300_digits_is_a_parse_error(name: str) -> None:
-    # Known bug, left for its owner: Python's int() refuses a decimal string of more than
-    # 4300 digits with ValueError, and the parsers call it on any run of digits. Strict:
-    # this fails (XPASS) once fixed, so the mark is removed then.
+    # Python's int() refuses a decimal string of more than 4300 digits with ValueError; the
+    # parsers check a number's length before they call it.
     with pytest.raises(FactsParseError):
         CRASHES[name]()
 
