@@ -3,6 +3,12 @@
 Catalog values travel in the vars file marked `!unsafe`, so Ansible never templates
 them. The whole screen output goes to a log file in the state directory; ctl reads the
 results per shard from a small callback's JSON lines.
+
+Secrets: the vars file holds catalog `env` values (and the router's settings), so it is
+written 0600 in a private temporary directory of its own, never in the logs, and removed
+when the run ends, however it ends. ansible-playbook gets an environment of its own, an
+allow-list (`playbook_environment`): no PROXMOX_* token, no MODELFLEET_* setting, nothing
+else of ctl's that it does not need.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,9 +29,20 @@ from typing import Any
 
 import yaml
 
+from cli.edges.files import atomic_write
 from cli.errors import InputError
 
 MAX_FORKS = 64
+
+# What ansible-playbook may inherit from ctl's environment: where programs are, whose home
+# (ssh's config and keys), the locale, the terminal, the ssh agent, where temporary files
+# go, and how Python finds Ansible. Every ANSIBLE_* setting of the operator's too (Ansible's
+# own configuration), under those ctl sets itself. Nothing else: no PROXMOX_* token.
+INHERITED = (
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR",
+    "SSH_AUTH_SOCK", "PYTHONPATH", "XDG_RUNTIME_DIR",
+)  # fmt: skip
+INHERITED_PREFIXES = ("LC_", "ANSIBLE_")
 
 
 @dataclass(frozen=True)
@@ -108,6 +126,17 @@ def ansible_command(name: str) -> str:
     return found
 
 
+def playbook_environment(environ: Mapping[str, str], settings: Mapping[str, str]) -> dict[str, str]:
+    """The environment of ansible-playbook: the allow-listed part of `environ`, then
+    ctl's own `settings` over it."""
+    kept = {
+        key: value
+        for key, value in environ.items()
+        if key in INHERITED or key.startswith(INHERITED_PREFIXES)
+    }
+    return {**kept, **settings}
+
+
 def playbooks_dir() -> Path:
     """The directory of the playbooks, with their library/ and callback_plugins/.
 
@@ -137,26 +166,51 @@ def run_playbook(
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     run_dir = log_dir / f"{stamp}-{name.removesuffix('.yml')}"
     run_dir.mkdir(parents=True, mode=0o700)
-    vars_file = run_dir / "vars.yml"
-    vars_file.write_text(yaml.dump(mark_unsafe(dict(variables)), Dumper=_Dumper), "utf-8")
     events_file = run_dir / "events.jsonl"
     log = run_dir / "ansible.log"
     playbook = playbook_path(name)
-    env = {
-        **os.environ,
-        "ANSIBLE_CALLBACKS_ENABLED": "modelfleet_events",
-        "ANSIBLE_CALLBACK_PLUGINS": str(playbook.parent / "callback_plugins"),
-        "MODELFLEET_EVENTS": str(events_file),
-        "ANSIBLE_FORKS": str(max(1, min(MAX_FORKS, len(hosts)))),
-        "ANSIBLE_HOST_KEY_CHECKING": "True",
-        # The fleet's known_hosts, strictly; an inventory's ansible_ssh_common_args wins.
-        "ANSIBLE_SSH_COMMON_ARGS": f"-o UserKnownHostsFile={known_hosts}"
-        " -o StrictHostKeyChecking=yes",
-        "ANSIBLE_PIPELINING": "True",
-        "ANSIBLE_RETRY_FILES_ENABLED": "False",
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_HOME": str(log_dir.parent / "ansible"),
-    }
+    env = playbook_environment(
+        os.environ,
+        {
+            "ANSIBLE_CALLBACKS_ENABLED": "modelfleet_events",
+            "ANSIBLE_CALLBACK_PLUGINS": str(playbook.parent / "callback_plugins"),
+            "MODELFLEET_EVENTS": str(events_file),
+            "ANSIBLE_FORKS": str(max(1, min(MAX_FORKS, len(hosts)))),
+            "ANSIBLE_HOST_KEY_CHECKING": "True",
+            # The fleet's known_hosts, strictly; an inventory's ansible_ssh_common_args wins.
+            "ANSIBLE_SSH_COMMON_ARGS": f"-o UserKnownHostsFile={known_hosts}"
+            " -o StrictHostKeyChecking=yes",
+            "ANSIBLE_PIPELINING": "True",
+            "ANSIBLE_RETRY_FILES_ENABLED": "False",
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_HOME": str(log_dir.parent / "ansible"),
+        },
+    )
+    # mkdtemp: 0700, ours alone; the file in it 0600 before its first byte.
+    with tempfile.TemporaryDirectory(prefix="modelfleet-vars-") as private:
+        vars_file = atomic_write(
+            Path(private) / "vars.yml",
+            yaml.dump(mark_unsafe(dict(variables)), Dumper=_Dumper),
+            0o600,
+        )
+        returncode = _run(inventory, vars_file, hosts, playbook, env, log)
+    events = tuple(
+        Event(**json.loads(line))
+        for line in events_file.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ) if events_file.exists() else ()  # fmt: skip
+    return PlaybookRun(name, returncode, events, log, time.monotonic() - started)
+
+
+def _run(
+    inventory: Path,
+    vars_file: Path,
+    hosts: Sequence[str],
+    playbook: Path,
+    env: Mapping[str, str],
+    log: Path,
+) -> int:
+    """ansible-playbook, its output in `log`; its exit code."""
     command = [
         ansible_command("ansible-playbook"),
         "-i", str(inventory),
@@ -170,9 +224,4 @@ def run_playbook(
         completed = subprocess.run(
             command, stdout=output, stderr=subprocess.STDOUT, env=env, check=False
         )
-    events = tuple(
-        Event(**json.loads(line))
-        for line in events_file.read_text(encoding="utf-8").splitlines()
-        if line.strip()
-    ) if events_file.exists() else ()  # fmt: skip
-    return PlaybookRun(name, completed.returncode, events, log, time.monotonic() - started)
+    return completed.returncode
