@@ -56,7 +56,11 @@ def test_a_secret_env_value_on_a_failed_start_stays_on_the_node(
         result = run_ctl(
             "--timeout", "3", "reconcile", "--catalog", str(ctl.catalog),
             "--inventory", str(ctl.inventory), timeout=600,
-            env={"XDG_STATE_HOME": str(ctl.state), "COLUMNS": "120", "TMPDIR": str(temporary)},
+            env={
+                "XDG_STATE_HOME": str(ctl.state), "COLUMNS": "120", "TMPDIR": str(temporary),
+                # ansible.log as an operator debugging would have it: every result shown.
+                "ANSIBLE_VERBOSITY": "1",
+            },
         )  # fmt: skip
     finally:
         fleet.ssh(node, "cp /usr/local/bin/vllm /usr/local/bin/llama-server")
