@@ -33,7 +33,9 @@ import paramiko
 from cli.edges.files import atomic_write
 
 DEFAULT_PORT = 22
-MAX_OUTPUT = 16 * 1024 * 1024  # bytes per stream; a probe prints some kilobytes
+# Bytes per stream: a probe prints some kilobytes (a 1,024-GPU node well under 1 MiB). The
+# read stops here, so a node that prints forever costs ctl this much memory and no more.
+MAX_OUTPUT = 8 * 1024 * 1024
 _CHUNK = 65536
 # Host key algorithms by the key type a known_hosts line names.
 _FAMILY = {"rsa-sha2-512": "ssh-rsa", "rsa-sha2-256": "ssh-rsa"}

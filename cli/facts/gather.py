@@ -99,7 +99,9 @@ def _probe_one(
             target.address, target.port, target.user, key_file, pinned, connect_timeout
         )
         try:
-            output = ssh.execute(client, "sh -s", script, command_timeout).stdout
+            output = ssh.execute(
+                client, "sh -s", script, command_timeout, limit=ssh.MAX_OUTPUT
+            ).stdout
         finally:
             client.close()
     except Exception as error:  # every failure becomes the node's reason
@@ -115,6 +117,8 @@ def describe_failure(
     """One line an operator can act on."""
     if isinstance(error, ssh.CommandTimeoutError):
         return "timed out running the probe"
+    if isinstance(error, ssh.OutputLimitError):
+        return f"the probe printed more than {ssh.MAX_OUTPUT // (1024 * 1024)} MiB: facts not read"
     return ssh.describe_failure(
         error, target.address, target.port, target.user, known_hosts, connect_timeout
     )
