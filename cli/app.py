@@ -25,6 +25,7 @@ from cli.commands import (
 from cli.commands.options import parse_duration
 from cli.errors import InputError
 from cli.ops.context import AppContext
+from cli.ui.safe import shown
 
 # Help as click writes it: docstring paragraphs reflowed to the terminal's width, flags
 # without a value shown without one (Typer's rich panels print `<bool>` after every flag
@@ -134,5 +135,5 @@ def main() -> None:
         # Bad input found deep in a pass (a tool ctl runs is not installed): one line a
         # problem, exit 2, never a traceback.
         for problem in error.problems:
-            sys.stderr.write(f"error: {problem}\n")
+            sys.stderr.write(f"error: {shown(str(problem))}\n")  # a file's text: no ESC
         raise SystemExit(2) from None

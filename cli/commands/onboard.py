@@ -127,7 +127,7 @@ def onboard_node(
         try:
             outcome = onboard(request, ca, now, confirm, say)
         except NodeError as error:
-            console.fail(f"{console.rich_escape(name)}: {console.rich_escape(str(error))}", 1)
+            console.fail(f"{name}: {error}", 1)  # printed as text: no markup is read
     raise SystemExit(_first_facts(outcome.inventory, outcome.host.name, inventory, options))
 
 

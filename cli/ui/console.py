@@ -10,9 +10,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn
 
-from rich.console import Console, RenderableType
+from rich.console import Console, ConsoleOptions, RenderableType, RenderHook, RenderResult
+from rich.markup import escape as markup_escape
+from rich.segment import Segment
+from rich.text import Text
 
 from cli.errors import InputError
+from cli.ui.safe import shown
 
 EXIT_OK = 0
 EXIT_INCOMPLETE = 1
@@ -27,8 +31,38 @@ def _piped_width() -> int | None:
     return 100
 
 
+class _Shown:
+    """A renderable's output with every control character in its text escaped (rich's own
+    styles and cursor moves are not text: they pass)."""
+
+    def __init__(self, renderable: RenderableType) -> None:
+        self.renderable = renderable
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for segment in console.render(self.renderable, options):
+            if segment.control:
+                yield segment
+            else:
+                yield Segment(shown(segment.text, keep_newlines=True), segment.style)
+
+
+class _NoControlCharacters(RenderHook):
+    """The last line of defence: whatever a print path forgot to pass through `shown`, no
+    ESC, BEL or C1 character of its text reaches the terminal."""
+
+    def process_renderables(self, renderables: list[Any]) -> list[Any]:
+        return [_Shown(renderable) for renderable in renderables]
+
+
 out = Console(highlight=False, emoji=False, soft_wrap=False, width=_piped_width())
 err = Console(stderr=True, highlight=False, emoji=False, soft_wrap=True)
+out.push_render_hook(_NoControlCharacters())
+err.push_render_hook(_NoControlCharacters())
+
+
+def _error(message: str) -> Text:
+    """`error: MESSAGE`, the message as text: never read as markup, its controls escaped."""
+    return Text.assemble(("error:", "bold red"), " ", shown(message))
 
 
 def print_table(table: RenderableType) -> None:
@@ -44,7 +78,7 @@ def print_json(data: Any) -> None:
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
-    err.print(f"[bold red]error:[/] {message}", markup=True)
+    err.print(_error(message))
     raise SystemExit(code)
 
 
@@ -55,7 +89,7 @@ def input_errors() -> Iterator[None]:
         yield
     except InputError as error:
         for problem in error.problems:
-            err.print(f"[bold red]error:[/] {rich_escape(str(problem))}", markup=True)
+            err.print(_error(str(problem)))
         raise SystemExit(EXIT_BAD_INPUT) from None
 
 
@@ -67,7 +101,7 @@ def wrap(text: str, indent: str, width: int = 100) -> list[str]:
 def print_lines(lines: list[str]) -> None:
     """Plain lines as they are: already wrapped, never cropped, no markup read."""
     for line in lines:
-        out.print(rich_escape(line), overflow="ignore", crop=False)
+        out.print(Text(shown(line)), overflow="ignore", crop=False)
 
 
 def plural(count: int, word: str, words: str | None = None) -> str:
@@ -76,4 +110,6 @@ def plural(count: int, word: str, words: str | None = None) -> str:
 
 
 def rich_escape(text: str) -> str:
-    return text.replace("[", "\\[")
+    """`text` to put in a Rich markup string: its controls escaped, then its markup (`[red]`,
+    `\\[red]`, `[link=…]`) escaped so it prints as written."""
+    return markup_escape(shown(text))

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from cli.ui.console import err
+from cli.ui.safe import shown
 
 ProgressCallback = Callable[[str, str | None], None]
 
@@ -21,7 +22,7 @@ def gather_progress(total: int) -> Iterator[ProgressCallback | None]:
         TextColumn("gathering facts"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("{task.fields[last]}"),
+        TextColumn("{task.fields[last]}", markup=False),  # a node's name and error: text
         TimeElapsedColumn(),
         console=err,
         transient=True,
@@ -29,6 +30,6 @@ def gather_progress(total: int) -> Iterator[ProgressCallback | None]:
         task = progress.add_task("gather", total=total, last="")
 
         def advance(name: str, error: str | None) -> None:
-            progress.update(task, advance=1, last=f"{name}: {error}" if error else name)
+            progress.update(task, advance=1, last=shown(f"{name}: {error}" if error else name))
 
         yield advance

@@ -21,6 +21,7 @@ from cli.cluster.snapshot import NodeView, Snapshot, Status
 from cli.facts.model import NodeFacts
 from cli.placement.filters import gb
 from cli.ui.console import out
+from cli.ui.safe import shown
 
 GAP = 2  # columns between two columns
 ELLIPSIS = "…"
@@ -33,6 +34,11 @@ class Cell:
     tokens: tuple[str, ...]
     style: str = ""
     separator: str = ", "
+
+    def __post_init__(self) -> None:
+        # A token may come from a node or a file: its controls are escaped before it is
+        # measured, and the cell is printed as a Text, so markup in it is never read.
+        object.__setattr__(self, "tokens", tuple(shown(token) for token in self.tokens))
 
     @staticmethod
     def of(text: str, style: str = "", separator: str = ", ") -> Cell:
