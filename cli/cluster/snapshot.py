@@ -12,7 +12,14 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from cli.catalog.load import Catalog
 from cli.cluster import DEFAULT_LOST_AFTER, name_order
+from cli.cluster.trust import (
+    InvalidShard,
+    catalog_problem,
+    disagreements,
+    record_problem,
+)
 from cli.facts.model import Gpu, HcaPort, NodeFacts, ShardRecord
 from cli.inventory.schema import Host, HostVars
 
@@ -46,6 +53,14 @@ class GpuView:
     memory_total_mib: int | None
     unusable: str | None  # why no replica may have it, e.g. "2 uncorrected ECC errors"
     held_by: str | None  # the replica of ours running on it
+    # The invalid shard (cli/cluster/trust.py) that claims it, in words: `unusable` says so
+    # too when nothing else (a fault, a foreign process) makes it unusable.
+    claim: str | None = None
+
+    @property
+    def fault(self) -> str | None:
+        """Why it is unusable apart from an invalid shard's claim."""
+        return None if self.claim is not None and self.unusable == self.claim else self.unusable
 
 
 @dataclass(frozen=True)
@@ -74,6 +89,12 @@ class NodeView:
     in_inventory: bool = True
     notes: tuple[str, ...] = ()
     listening_ports: frozenset[int] = frozenset()  # held by something, ours or not
+    # Records the node reports that are not believed (cli/cluster/trust.py): never stopped,
+    # never routed to, their GPUs unusable.
+    invalid_shards: tuple[InvalidShard, ...] = ()
+    # Whether `shards` were checked against the catalog; False: names, ports, numbers and
+    # GPUs only (`ctl nodes` without one).
+    catalog_checked: bool = False
 
     @property
     def status(self) -> Status:
@@ -120,9 +141,43 @@ def build_snapshot(
         host_vars = (what_if_vars or {}).get(name, HostVars())
         view = node_view(name, host_vars, facts[name], now, classify, lost_after)
         views.append(_replace_in_inventory(view))
-    return Snapshot(
+    snapshot = Snapshot(
         now=now, nodes=tuple(sorted(views, key=lambda v: name_order(v.name))), lost_after=lost_after
     )
+    return checked(snapshot, None)
+
+
+def checked(snapshot: Snapshot, catalog: Catalog | None) -> Snapshot:
+    """`snapshot` with only the shard records worth believing in `shards`, the others in
+    `invalid_shards` (cli/cluster/trust.py), checked against `catalog` when there is one.
+
+    Decided afresh from every record the nodes report, so checking again with the catalog
+    may believe what a check without it could not (a rank that only the catalog shows is
+    the liar)."""
+    kept: dict[str, list[ShardRecord]] = {}
+    invalid: dict[str, list[InvalidShard]] = {}
+    for node in snapshot.nodes:
+        classes = None if node.gpus is None else {g.index: g.gpu_class for g in node.gpus}
+        kept[node.name] = []
+        invalid[node.name] = []
+        for record in (*node.shards, *(i.record for i in node.invalid_shards)):
+            problem = record_problem(record, classes)
+            if problem is None and catalog is not None:
+                problem = catalog_problem(record, catalog, classes)
+            if problem is None:
+                kept[node.name].append(record)
+            else:
+                invalid[node.name].append(InvalidShard(record, problem))
+    disagree = disagreements([(name, r) for name, records in kept.items() for r in records])
+    nodes = []
+    for node in snapshot.nodes:
+        believed = [r for r in kept[node.name] if r.replica not in disagree]
+        rejected = invalid[node.name] + [
+            InvalidShard(r, disagree[r.replica]) for r in kept[node.name] if r.replica in disagree
+        ]
+        view = replace(node, invalid_shards=tuple(rejected), catalog_checked=catalog is not None)
+        nodes.append(with_shards(view, believed))
+    return replace(snapshot, nodes=tuple(nodes))
 
 
 def _replace_in_inventory(view: NodeView) -> NodeView:
@@ -251,11 +306,25 @@ def _reserved(shards: Sequence[ShardRecord]) -> float:
 def with_shards(node: NodeView, shards: Sequence[ShardRecord]) -> NodeView:
     """`node` with exactly `shards`: the GPUs the running and starting ones hold held, the
     others free, their memory reserved. A GPU's faults and foreign processes stay as
-    they were."""
+    they were, and so do the claims of its invalid shards."""
     holders = _holders(shards)
+    claims: dict[int, str] = {}
+    for bad in node.invalid_shards:
+        for index in bad.record.gpus:
+            claims.setdefault(
+                index, f"claimed by invalid shard {bad.record.replica}/{bad.record.rank}"
+            )
     gpus = None
     if node.gpus is not None:
-        gpus = tuple(replace(gpu, held_by=holders.get(gpu.index)) for gpu in node.gpus)
+        gpus = tuple(
+            replace(
+                gpu,
+                held_by=holders.get(gpu.index),
+                unusable=gpu.fault or claims.get(gpu.index),
+                claim=claims.get(gpu.index),
+            )
+            for gpu in node.gpus
+        )
     return replace(
         node,
         shards=tuple(shards),

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cli.cluster.snapshot import NodeView, Snapshot
+from cli.cluster.trust import UNCHECKED
 
 NODES_FORMAT = "modelfleet.nodes/v1"
 
@@ -54,6 +55,14 @@ def node_notes(node: NodeView) -> list[str]:
             gpus = ", ".join(str(index) for index in shard.gpus)
             note += f": GPU {gpus} no longer held"
         notes.append(note)
+    for bad in node.invalid_shards:
+        # The node's own words, shown as data (repr): never stopped, never routed to.
+        notes.append(
+            f"invalid shard {bad.record.replica[:200]!r} rank {bad.record.rank}: {bad.reason}"
+            " (not believed: never stopped or routed to; its GPUs are unusable)"
+        )
+    if node.invalid_shards and not node.catalog_checked:
+        notes.append(f"shard records {UNCHECKED}")
     if not node.in_inventory:
         notes.append("what-if node: in the facts snapshot, not in the inventory")
     notes += node.notes
@@ -70,6 +79,16 @@ def nodes_json(snapshot: Snapshot) -> dict[str, Any]:
 
 def _node_json(node: NodeView) -> dict[str, Any]:
     counts = gpu_counts(node)
+    # Only when there are some: the keys of a fleet with none stay as they were.
+    invalid: dict[str, Any] = {}
+    if node.invalid_shards:
+        invalid = {
+            "invalid_shards": [
+                {"record": i.record.model_dump(mode="json"), "reason": i.reason}
+                for i in node.invalid_shards
+            ],
+            "catalog_checked": node.catalog_checked,
+        }
     return {
         "name": node.name,
         "status": node.status.value,
@@ -110,5 +129,6 @@ def _node_json(node: NodeView) -> dict[str, Any]:
         ],
         "labels": dict(node.labels),
         "shards": [s.model_dump(mode="json") for s in node.shards],
+        **invalid,
         "notes": node_notes(node),
     }

@@ -26,7 +26,14 @@ from enum import StrEnum
 
 from cli.catalog.load import Catalog, CatalogModel, CatalogProfile
 from cli.cluster import name_order
-from cli.cluster.snapshot import NodeView, Reachability, Snapshot, release, with_shards
+from cli.cluster.snapshot import (
+    NodeView,
+    Reachability,
+    Snapshot,
+    checked,
+    release,
+    with_shards,
+)
 from cli.facts.model import ShardRecord
 from cli.placement.place import (
     PlacementRun,
@@ -217,7 +224,9 @@ def plan(
     being drained: placed as cordoned, their replicas are replaced elsewhere, then
     drained; one whose replacement cannot be placed is left running unless `force`.
     """
-    snapshot = cordoned(snapshot, dict.fromkeys(evict, DRAINING))
+    # Only the records worth believing (cli/cluster/trust.py): an invalid shard is never
+    # stopped, counted or replaced, and its GPUs are no one's to take.
+    snapshot = cordoned(checked(snapshot, catalog), dict.fromkeys(evict, DRAINING))
     now = snapshot.now
     nodes = {node.name: node for node in snapshot.nodes}
     new_ledger = dict(ledger)
@@ -402,8 +411,12 @@ class _PortBook:
             self.used[node.name] = {
                 s.port for s in node.shards if s.port is not None and s.replica not in stopping
             }
-            # Whatever listens now, ours or not, until it is gone.
+            # Whatever listens now, ours or not, until it is gone; and what a record we do
+            # not believe says it listens on.
             self.used[node.name] |= node.listening_ports
+            self.used[node.name] |= {
+                i.record.port for i in node.invalid_shards if i.record.port is not None
+            }
 
     def take(self, nodes: Sequence[str]) -> int:
         for port in range(FIRST_PORT, LAST_PORT + 1):
@@ -427,6 +440,7 @@ def plan_manual(
 ) -> Plan:
     """One more replica of each of `models`, started by an operator (`ctl place`): kept by
     reconcile while its model stays within replicas.max."""
+    snapshot = checked(snapshot, catalog)
     run = place(catalog, snapshot, models)
     ports = _PortBook(snapshot, set())
     starts = tuple(

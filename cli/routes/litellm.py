@@ -23,11 +23,13 @@ which wants some key, so every deployment says `api_key: none` (no engine is sta
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Final
 
 import yaml
 
+from cli.catalog.schema import NAME_PATTERN
 from cli.routes.table import ReplicaRoute, RouteTable
 from cli.shards.specs import ENGINE_SPECS
 
@@ -39,6 +41,17 @@ LITELLM_CONSTRAINTS: Final = "litellm-constraints.txt"
 
 PROVIDERS: Final = {name: spec.litellm_provider for name, spec in ENGINE_SPECS.items()}
 MASTER_KEY_ENV: Final = "LITELLM_MASTER_KEY"
+# LiteLLM replaces a config string that starts with `os.environ/` by that variable's value
+# (litellm/proxy/proxy_server.py, ProxyConfig._check_for_os_environ_vars, and
+# litellm/secret_managers/main.py get_secret, which also reads `oidc/...` as a token
+# request), so no name from a node may reach the file unless it is a catalog name.
+SAFE_NAME: Final = re.compile(NAME_PATTERN)
+
+
+def _refuse_references(route: ReplicaRoute) -> None:
+    for what, value in (("replica", route.replica), ("model", route.model)):
+        if SAFE_NAME.fullmatch(value) is None or "os.environ/" in value:
+            raise ValueError(f"{what} name {value!r} is not a catalog name; not written")
 
 
 @dataclass(frozen=True)
@@ -61,6 +74,7 @@ class RouterSettings:
 
 
 def deployment(route: ReplicaRoute) -> dict[str, Any]:
+    _refuse_references(route)
     provider = PROVIDERS.get(route.engine, "openai")
     info: dict[str, Any] = {"id": route.replica}
     if route.embedding:

@@ -22,7 +22,7 @@ from enum import StrEnum
 from typing import Any
 
 from cli.catalog.load import Catalog, CatalogProfile
-from cli.cluster.snapshot import NodeView, Reachability, Snapshot
+from cli.cluster.snapshot import NodeView, Reachability, Snapshot, checked
 from cli.reconcile.planner import Replica, Start, replicas_of
 from cli.shards.specs import engine_spec
 
@@ -150,6 +150,8 @@ def route_table(
     `addresses` maps a node to the address its shards are reached at (`ctl`'s
     serving_addresses); `started` replicas are ready: add only those whose rank 0 serves.
     """
+    # Only believed records are routed to (cli/cluster/trust.py).
+    snapshot = checked(snapshot, catalog)
     nodes = {node.name: node for node in snapshot.nodes}
     routes: dict[str, list[ReplicaRoute]] = {name: [] for name in catalog.models}
     unrouted: list[ReplicaRoute] = []

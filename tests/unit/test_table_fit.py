@@ -26,7 +26,7 @@ def rendered(table: Table, width: int) -> list[str]:
 def busy_fleet() -> Snapshot:
     labels = {"role": "inference", "zone": "eu-west-1a", "rack": "r12"}
     shards = [
-        b.shard("big-1", "big", range(4), rank=1),
+        b.shard("big-1", "big", range(4), rank=1, nodes=2),
         b.shard("chat-2", "chat", [4]),
         b.shard("embed-1", "embed", [5]),
     ]
