@@ -38,6 +38,7 @@ def place(
     started now; reconcile keeps it while the model stays within replicas.max. Exit code
     0 when everything asked for was placed, 1 when something was not, 2 on bad input.
     """
+    from cli.cluster.snapshot import checked
     from cli.commands.inputs import read_catalog, read_fleet
     from cli.errors import near_miss
     from cli.placement.explain import placement_json
@@ -53,6 +54,9 @@ def place(
         console.fail("--facts reads a snapshot: use it with --dry-run; starting needs live facts")
     loaded = read_catalog(catalog)
     fleet = read_fleet(context, inventory, facts)
+    # The nodes' shard records, believed as far as the catalog bears them out, as the
+    # reconcile planner believes them (cli/cluster/trust.py).
+    snapshot = checked(fleet.snapshot, loaded)
     wanted: list[str] | None = None
     if models:
         wanted = []
@@ -71,7 +75,7 @@ def place(
         from cli.ui.plan import render_plan
 
         # Above replicas.max, the next reconcile would drain it again: refuse it now.
-        running = running_replicas(fleet.snapshot)
+        running = running_replicas(snapshot)
         for name in wanted:
             have, most = len(running.get(name, ())), loaded.models[name].replicas_max
             if have >= most:
@@ -104,7 +108,7 @@ def place(
                 f" until {wait.until.strftime('%H:%M:%S %Z')} (in {seconds} s); nothing placed"
             )
     else:
-        run = place_models(loaded, fleet.snapshot, wanted)
+        run = place_models(loaded, snapshot, wanted)
     if as_json:
         document = placement_json(run, fleet.unreached)
         if wanted is None:

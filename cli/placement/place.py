@@ -554,8 +554,9 @@ def place(
     """
     running = running_replicas(snapshot)
     existing: dict[str, list[str]] = {}
-    for node in snapshot.nodes:  # Lost nodes too: their replica names are still taken
-        for record in node.shards:
+    # Lost nodes and invalid records too: their names are still taken on some node.
+    for node in snapshot.nodes:
+        for record in (*node.shards, *(bad.record for bad in node.invalid_shards)):
             existing.setdefault(record.model, []).append(record.replica)
     if models is None:
         wanted = {

@@ -108,7 +108,9 @@ class Ledger:
             ledger.gpus[node.name] = {
                 gpu.index: gpu.held_by for gpu in node.gpus or () if gpu.held_by is not None
             }
-            ledger.memory[node.name] = sum(s.memory_gib or 0.0 for s in node.shards)
+            # A failed shard's processes are gone: it holds no memory (docs/placement.md).
+            held = (s for s in node.shards if s.state in ("running", "starting"))
+            ledger.memory[node.name] = sum(s.memory_gib or 0.0 for s in held)
             for shard in node.shards:
                 ledger.count(shard.model, node.name, shard.replica)
         return ledger
