@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 import tomllib
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -136,12 +137,16 @@ def on_a_terminal(args: list[str], columns: int, tmp_path: Path) -> list[str]:
     tmux = shutil.which("tmux")
     if tmux is None:
         pytest.skip("tmux is not installed (apt-get install tmux; .ci/run installs it)")
-    socket = f"modelfleet-test-{os.getpid()}-{columns}"
+    # A server of its own each time: a socket name used twice can reach a server still
+    # shutting down, whose pane is another test's.
+    socket = f"modelfleet-test-{uuid.uuid4().hex}"
     done = tmp_path / "done"
     command = " ".join(
         [
             f"cd {shlex.quote(str(ROOT))} &&",
-            f"env -u NO_COLOR TERM=xterm PYTHONPATH={shlex.quote(str(ROOT))}",
+            # pytest-xdist's workers carry COLUMNS=80 and LINES=24: the window's size must
+            # be the terminal's, as a person's shell has it.
+            f"env -u NO_COLOR -u COLUMNS -u LINES TERM=xterm PYTHONPATH={shlex.quote(str(ROOT))}",
             shlex.quote(sys.executable),
             "-m cli",
             *map(shlex.quote, args),
@@ -150,7 +155,7 @@ def on_a_terminal(args: list[str], columns: int, tmp_path: Path) -> list[str]:
     )
     tmux_args = [tmux, "-L", socket, "-f", "/dev/null"]
     subprocess.run(
-        [*tmux_args, "new-session", "-d", "-x", str(columns), "-y", "60", command],
+        [*tmux_args, "new-session", "-d", "-s", "ctl", "-x", str(columns), "-y", "60", command],
         check=True, timeout=30, env={**os.environ, "TERM": "xterm"},
     )  # fmt: skip
     try:
@@ -159,7 +164,7 @@ def on_a_terminal(args: list[str], columns: int, tmp_path: Path) -> list[str]:
             assert time.monotonic() < deadline, "ctl did not finish in the tmux window"
             time.sleep(0.1)
         captured = subprocess.run(
-            [*tmux_args, "capture-pane", "-p"],
+            [*tmux_args, "capture-pane", "-p", "-t", "ctl"],
             capture_output=True, text=True, check=True, timeout=30,
         ).stdout  # fmt: skip
     finally:

@@ -232,10 +232,10 @@ def test_an_unreached_node_is_named_with_why_and_the_exit_code_says_partial(
     result = run_ctl(tmp_path, "--timeout", "2", "nodes", "--inventory", str(inventory))
     assert result.returncode == 1
     assert re.search(
-        rf"unreachable: local: host key not in {re.escape(str(inventory))}/\.known_hosts: "
+        rf"local: unreachable: host key not in {re.escape(str(inventory))}/\.known_hosts: "
         r"the node offered SHA256:\S+; check it and add it",
-        " ".join(result.stderr.split()),
-    ), result.stderr
+        " ".join(result.stdout.split()),
+    ), result.stdout
     assert re.search(r"^local +Unreachable ", result.stdout, flags=re.MULTILINE)
 
 
