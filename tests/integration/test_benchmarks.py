@@ -16,8 +16,10 @@ from typing import Any
 
 import pytest
 
+from tests import testfleet as fleet_script
 from tests.ctl import ROOT, ctl_environment
 from tests.integration.conftest import LiveFleet
+from tests.integration.test_testfleet import known_hosts_entries
 
 
 def bench(script: str, *args: str, timeout: float) -> dict[str, Any]:
@@ -65,3 +67,10 @@ def test_bench_apply_starts_and_stops_every_replica_both_ways(
     # A run per shard, and one more that verifies the workers once their rank 0 serves
     # (batched, that check rides in the second run).
     assert (per_shard["playbook_runs"], per_shard["stop_playbook_runs"]) == (14 + 1, 14)
+    # It boots eight nodes; the session's fleet (three, booted by the fixture) is given back,
+    # inventory and known_hosts included, for the fleet tests that run after it.
+    configured = fleet_script.status(fleet_exclusive.state_dir)
+    assert tuple(node.name for node, _ in configured) == fleet_exclusive.names
+    assert set(known_hosts_entries(fleet_exclusive.known_hosts)) == {
+        node.address for node in fleet_exclusive.nodes
+    }
