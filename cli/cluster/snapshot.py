@@ -267,6 +267,10 @@ def _unusable(gpu: Gpu, holder: str | None, processes: list[str]) -> str | None:
     if gpu.ecc_uncorrected:
         plural = "s" if gpu.ecc_uncorrected != 1 else ""
         return f"{gpu.ecc_uncorrected} uncorrected ECC error{plural}"
+    if gpu.mig_enabled:
+        # Placing on MIG slices is out of scope (docs/placement.md): a shard pinned to the
+        # whole GPU would fail to start on it.
+        return "MIG mode enabled"
     if holder is not None:
         return None  # the processes on it are our shard's
     if processes:

@@ -40,6 +40,9 @@ class Gpu(Strict):
     memory_used_mib: int | None = None
     # Uncorrected ECC errors since the driver loaded (volatile); None on GPUs without ECC.
     ecc_uncorrected: int | None = None
+    # MIG mode (mig.mode.current): a GPU split into MIG slices is no whole GPU to give a
+    # shard. None: the GPU has no MIG mode, or the probe did not ask (an older probe).
+    mig_enabled: bool | None = None
     # Retired pages or row-remapping failures would be here too; nvidia-smi reports them
     # elsewhere and the probe does not read them yet.
 

@@ -39,6 +39,7 @@ __all__ = [
     "parse_compute_apps",
     "parse_infiniband",
     "parse_meminfo",
+    "parse_mig_modes",
     "parse_query_gpu",
     "parse_shard_records",
     "parse_topology",
@@ -101,6 +102,7 @@ SECTION_MEMINFO: Final = "/proc/meminfo"
 SECTION_CGROUP: Final = "cgroup memory limit"
 SECTION_QUERY_GPU: Final = "nvidia-smi --query-gpu"
 SECTION_COMPUTE_APPS: Final = "nvidia-smi --query-compute-apps"
+SECTION_MIG: Final = "nvidia-smi --query-gpu=index,mig.mode.current"
 SECTION_TOPOLOGY: Final = "nvidia-smi topo -m"
 SECTION_INFINIBAND: Final = "/sys/class/infiniband"
 SECTION_SHARDS: Final = "shard records"
@@ -350,6 +352,34 @@ def parse_query_gpu(text: str) -> tuple[Gpu, ...]:
             )
         )
     return tuple(gpus)
+
+
+# mig.mode.current, as `nvidia-smi --help-query-gpu` describes it: "Enabled" or "Disabled";
+# [N/A] on a GPU without MIG (anything before Ampere, the GeForce and L40S lines).
+_MIG_MODES: Final[dict[str, bool]] = {"Enabled": True, "Disabled": False}
+
+
+def parse_mig_modes(text: str) -> dict[int, bool | None]:
+    """Rows of `nvidia-smi --query-gpu=index,mig.mode.current --format=csv,noheader,nounits`:
+    GPU index → MIG mode enabled (None: the GPU has no MIG mode)."""
+    _count_rows(text, SECTION_MIG, "GPUs", MAX_GPUS, skip=_NO_DEVICES)
+    modes: dict[int, bool | None] = {}
+    for line in _lines(text):
+        if line.text == _NO_DEVICES:
+            continue
+        index_text, mode = _fields(line, SECTION_MIG, 2)
+        index = _required_int(index_text, SECTION_MIG, line.number, "index", MAX_GPUS - 1)
+        if index in modes:
+            raise FactsParseError(SECTION_MIG, line.number, f"GPU index {index} given twice")
+        if mode in NOT_REPORTED:
+            modes[index] = None
+        elif mode in _MIG_MODES:
+            modes[index] = _MIG_MODES[mode]
+        else:
+            raise FactsParseError(
+                SECTION_MIG, line.number, f"MIG mode {_quote(mode)} is not Enabled or Disabled"
+            )
+    return modes
 
 
 def parse_compute_apps(text: str) -> tuple[GpuProcess, ...]:

@@ -20,6 +20,7 @@ from cli.facts.parse import (
     parse_infiniband,
     parse_listening_ports,
     parse_meminfo,
+    parse_mig_modes,
     parse_query_gpu,
     parse_shard_records,
     parse_topology,
@@ -31,31 +32,43 @@ _MARK = re.compile(r"^@@modelfleet (begin|end) ([a-z0-9-]{1,40})(?: ([0-9]{1,3})
 COMMAND_NOT_FOUND = 127
 
 
+# probe.sh's smi() marks each line nvidia-smi wrote to stderr with this.
+STDERR_MARK: Final = "@@stderr "
+
+
 @dataclass(frozen=True)
 class Section:
-    text: str
+    text: str  # what the command wrote to stdout
     status: int | None  # the exit status the probe recorded; None: the section never ended
+    stderr: tuple[str, ...] = ()  # its stderr lines, where the probe kept them apart
 
 
 def split_sections(output: str) -> dict[str, Section]:
     sections: dict[str, Section] = {}
     current: str | None = None
     lines: list[str] = []
+    errors: list[str] = []
     for line in output.splitlines():
         mark = _MARK.match(line)
         if mark is None:
-            if current is not None:
+            if current is None:
+                continue
+            if line.startswith(STDERR_MARK):
+                errors.append(line[len(STDERR_MARK) :])
+            else:
                 lines.append(line)
             continue
         kind, name, status = mark.groups()
         if kind == "begin":
-            current, lines = name, []
+            current, lines, errors = name, [], []
         elif current == name:
             text = "\n".join(lines).strip("\n")
-            sections[name] = Section(text, int(status) if status is not None else None)
+            sections[name] = Section(
+                text, int(status) if status is not None else None, tuple(errors)
+            )
             current = None
     if current is not None:  # cut off: the command died or timed out mid-section
-        sections[current] = Section("\n".join(lines), None)
+        sections[current] = Section("\n".join(lines), None, tuple(errors))
     return sections
 
 
@@ -191,49 +204,138 @@ GpuFacts = tuple[
 ]
 
 
+# nvidia-smi's exit codes, as nvidia-smi(1) RETURN VALUE documents them.
+SMI_NO_DEVICES: Final = 6  # "A query to find an object was unsuccessful"
+SMI_NO_DRIVER: Final = 9  # "NVIDIA driver is not loaded"
+SMI_INFOROM: Final = 14  # "infoROM is corrupted": a warning; the rows are good
+SMI_GPU_LOST: Final = 15  # "The GPU has fallen off the bus or has otherwise become inaccessible"
+SMI_VERSION_MISMATCH: Final = 18  # NVML_ERROR_LIB_RM_VERSION_MISMATCH: driver and library differ
+# Exits after which the rows printed are still the healthy GPUs' rows.
+_ROWS_STILL_GOOD: Final = frozenset({0, SMI_INFOROM, SMI_GPU_LOST})
+_SMI_FAILURES: Final[dict[int, str]] = {
+    SMI_NO_DRIVER: "the NVIDIA driver is not loaded",
+    SMI_VERSION_MISMATCH: "the NVIDIA driver and its library differ in version (reboot?)",
+}
+# Lines nvidia-smi prints around its rows (either stream, by driver): a warning, or a GPU
+# it could not reach. "GPU 0000:02:00.0" and "GPU0000:17:00.0" are both seen in the wild.
+_SMI_MESSAGE = re.compile(r"^(?:WARNING: .*|Unable to determine the device handle for GPU.*)$")
+_SHOWN_LINE = 160  # characters of a line nvidia-smi printed, in a note
+
+
+def _said(line: str) -> str:
+    line = line.strip()
+    return line if len(line) <= _SHOWN_LINE else line[: _SHOWN_LINE - 3] + "..."
+
+
+def _rows_and_messages(section: Section) -> tuple[str, list[str]]:
+    """The CSV rows of an nvidia-smi section, and the messages printed around them."""
+    rows: list[str] = []
+    messages = [_said(line) for line in section.stderr if line.strip()]
+    for line in section.text.splitlines():
+        if _SMI_MESSAGE.match(line.strip()):
+            messages.append(_said(line))
+        else:
+            rows.append(line)
+    return "\n".join(rows), messages
+
+
 def _gpus(sections: dict[str, Section], notes: list[str]) -> GpuFacts:
     query = sections.get("query-gpu")
     pci = sections.get("pci-nvidia", Section("", 0))
     devices = [line for line in pci.text.splitlines() if line]
+    on_bus = f"{len(devices)} NVIDIA device(s) on the PCI bus"
     if query is None:
         notes.append("the probe did not report GPUs")
         return None, None, None
     if query.status == COMMAND_NOT_FOUND:
         if devices:
-            notes.append(
-                f"nvidia-smi not found, but {len(devices)} NVIDIA device(s) on the PCI bus"
-            )
+            notes.append(f"nvidia-smi not found, but {on_bus}")
             return None, None, None
         notes.append("no NVIDIA device on the PCI bus")
         return (), (), None
-    if query.status != 0:
-        first = query.text.strip().splitlines()[0] if query.text.strip() else "no output"
-        notes.append(f"nvidia-smi failed (exit {query.status}): {first}")
+    rows, messages = _rows_and_messages(query)
+    if query.status in (SMI_NO_DEVICES, SMI_NO_DRIVER) and not devices:
+        # Driver tools on a machine without NVIDIA hardware: a CPU node, not a broken one.
+        notes.append("no NVIDIA device on the PCI bus")
+        return (), (), None
+    if query.status == SMI_NO_DEVICES:
+        notes.append(f"nvidia-smi found no devices, but {on_bus}")
         return None, None, None
+    if query.status is None:
+        notes.append("nvidia-smi did not finish (the probe's output was cut off): GPUs unknown")
+        return None, None, None
+    if query.status not in _ROWS_STILL_GOOD:
+        # Its own words first; what the exit code documents when it printed none.
+        said = [line for line in messages + rows.splitlines() if line.strip()]
+        cause = said[0] if said else _SMI_FAILURES.get(query.status, "no output")
+        notes.append(f"nvidia-smi failed (exit {query.status}): {_said(cause)}")
+        return None, None, None
+    notes.extend(f"nvidia-smi: {message}" for message in messages)
     try:
-        gpus = parse_query_gpu(query.text)
+        gpus = parse_query_gpu(rows)
     except FactsParseError as error:
         notes.append(str(error))
         return None, None, None
+    gpus = _with_mig_modes(gpus, sections.get("mig"), notes)
     processes = None
     apps = sections.get("compute-apps")
-    if apps is not None and apps.status == 0:
+    if apps is not None and apps.status in _ROWS_STILL_GOOD:
         try:
-            processes = parse_compute_apps(apps.text)
+            processes = parse_compute_apps(_rows_and_messages(apps)[0])
         except FactsParseError as error:
             notes.append(str(error))
     else:
         notes.append("nvidia-smi did not list compute processes")
     domains = None
     topology = sections.get("topology")
-    if topology is not None and topology.status == 0 and len(gpus) > 0:
+    if topology is not None and topology.status in _ROWS_STILL_GOOD and len(gpus) > 0:
         try:
-            domains = parse_topology(topology.text)
+            domains = parse_topology(_rows_and_messages(topology)[0])
         except FactsParseError as error:
             notes.append(str(error))
+        else:
+            domains = _checked_against(domains, gpus, notes)
     elif gpus:
         notes.append("nvidia-smi topo -m failed: NVLink topology unknown")
     return gpus, processes, domains
+
+
+def _with_mig_modes(
+    gpus: tuple[Gpu, ...], mig: Section | None, notes: list[str]
+) -> tuple[Gpu, ...]:
+    """Each GPU with its MIG mode; unchanged (unknown) where the node could not say."""
+    if mig is None or not gpus:
+        return gpus  # a probe from before MIG was asked about
+    if mig.status not in _ROWS_STILL_GOOD:
+        notes.append(f"nvidia-smi did not report MIG mode (exit {mig.status})")
+        return gpus
+    try:
+        modes = parse_mig_modes(_rows_and_messages(mig)[0])
+    except FactsParseError as error:
+        notes.append(str(error))
+        return gpus
+    return tuple(
+        gpu.model_copy(update={"mig_enabled": modes[gpu.index]}) if gpu.index in modes else gpu
+        for gpu in gpus
+    )
+
+
+def _checked_against(
+    domains: tuple[tuple[int, ...], ...], gpus: tuple[Gpu, ...], notes: list[str]
+) -> tuple[tuple[int, ...], ...] | None:
+    """The topology only when it names the GPUs the GPU list has: a wrong one is worse
+    than none (two GPUs on different CPUs taken for an NVLink pair)."""
+    listed = {gpu.index for gpu in gpus}
+    drawn = {gpu for domain in domains for gpu in domain}
+    if drawn == listed:
+        return domains
+    only_drawn = ", ".join(f"GPU{gpu}" for gpu in sorted(drawn - listed)) or "none"
+    only_listed = ", ".join(f"GPU{gpu}" for gpu in sorted(listed - drawn)) or "none"
+    notes.append(
+        f"nvidia-smi topo -m does not match the GPU list (only in the topology: {only_drawn};"
+        f" only in the list: {only_listed}): NVLink topology unknown"
+    )
+    return None
 
 
 def _sysfs_files(text: str) -> dict[str, str]:

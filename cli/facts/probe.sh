@@ -41,15 +41,28 @@ for device in /sys/bus/pci/devices/*; do
 done
 end pci-nvidia 0
 
+# nvidia-smi with its stdout as it is and each line of its stderr marked "@@stderr ", so a
+# warning never lands among the CSV rows; returns nvidia-smi's own exit status, which
+# cli/facts/probe.py reads as nvidia-smi(1) documents it (6 no devices, 14 infoROM...).
+smi() {
+  { smi_status=$( { { nvidia-smi "$@" 2>&1 1>&4 4>&-; printf '%s' "$?" >&3; } \
+      | sed 's/^/@@stderr /' >&4; } 3>&1 ); } 4>&1
+  return "$smi_status"
+}
+
 if command -v nvidia-smi >/dev/null 2>&1; then
   begin query-gpu
-  nvidia-smi --query-gpu=index,uuid,name,pci.bus_id,memory.total,memory.used,ecc.errors.uncorrected.volatile.total --format=csv,noheader,nounits 2>&1
+  smi --query-gpu=index,uuid,name,pci.bus_id,memory.total,memory.used,ecc.errors.uncorrected.volatile.total --format=csv,noheader,nounits
   end query-gpu $?
+  # Asked apart: a driver older than MIG (R450) refuses the field, and loses only this.
+  begin mig
+  smi --query-gpu=index,mig.mode.current --format=csv,noheader,nounits
+  end mig $?
   begin compute-apps
-  nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv,noheader,nounits 2>&1
+  smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv,noheader,nounits
   end compute-apps $?
   begin topology
-  nvidia-smi topo -m 2>&1
+  smi topo -m
   end topology $?
 else
   begin query-gpu

@@ -21,9 +21,9 @@ or the file named by $MODELFLEET_FAKE_GPUS. scripts/testfleet writes it from the
 spec. Standard library only: it runs under the node's own /usr/bin/python3, isolated
 (-I) and without site (-S), and imports little, so that a call costs about 30 ms.
 
-That is still three Python start-ups per facts probe, most of the probe's CPU time when
+That is still four Python start-ups per facts probe, most of the probe's CPU time when
 many nodes share a few CPUs. So on a node /usr/bin/nvidia-smi is not this file but the
-small sh script `fast_path_script()` makes: it answers the probe's three command lines
+small sh script `fast_path_script()` makes: it answers the probe's four command lines
 (PROBE_INVOCATIONS) from outputs this fake computed when the node was set up
 (`precomputed()`), and runs this fake, installed beside the data, for anything else.
 """
@@ -35,7 +35,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Final, TextIO, TypedDict, cast
+from typing import Final, NotRequired, TextIO, TypedDict, cast
 
 DATA_ENV: Final = "MODELFLEET_FAKE_GPUS"
 DATA_PATH: Final = "/etc/modelfleet-fake/gpus.json"
@@ -68,6 +68,9 @@ class GpuData(TypedDict):
     numa_node: int | None  # None: not NUMA-local to anything (SYS to everyone)
     cpu_affinity: str  # "0-47,96-143"
     pcie_switch: int | None  # devices on one switch are PIX to each other
+    # mig.mode.current: "Enabled" or "Disabled" on a GPU with MIG (A100, A30, H100...);
+    # None, printed [N/A], on one without. Absent from older data files: None.
+    mig_mode: NotRequired[str | None]
 
 
 class NicData(TypedDict):
@@ -133,6 +136,10 @@ def _ecc(data: FakeData, row: int) -> str:
     return NOT_AVAILABLE if errors is None else str(errors)
 
 
+def _mig_mode(data: FakeData, row: int) -> str:
+    return _gpu(data, row).get("mig_mode") or NOT_AVAILABLE
+
+
 def _free(data: FakeData, row: int) -> str:
     gpu = _gpu(data, row)
     return str(gpu["memory_total_mib"] - gpu["memory_used_mib"])
@@ -149,6 +156,7 @@ GPU_FIELDS: Final[dict[str, _Field]] = {
     "ecc.errors.uncorrected.volatile.total": _Field(
         "ecc.errors.uncorrected.volatile.total", None, _ecc
     ),
+    "mig.mode.current": _Field("mig.mode.current", None, _mig_mode),
     "count": _Field("count", None, lambda d, r: str(len(d["gpus"]))),
     "driver_version": _Field("driver_version", None, lambda d, r: d["driver_version"]),
 }
@@ -424,6 +432,7 @@ PROBE_INVOCATIONS: Final[Mapping[str, tuple[str, ...]]] = {
         "ecc.errors.uncorrected.volatile.total",
         "--format=csv,noheader,nounits",
     ),
+    "mig": ("--query-gpu=index,mig.mode.current", "--format=csv,noheader,nounits"),
     "compute-apps": (
         "--query-compute-apps=gpu_uuid,pid,process_name,used_memory",
         "--format=csv,noheader,nounits",
@@ -457,7 +466,7 @@ def fast_path_script(directory: str, fallback: Sequence[str]) -> str:
     lines = [
         "#!/bin/sh",
         "# nvidia-smi of a modelfleet test fleet node (scripts/testfleet): answers the facts",
-        "# probe's three command lines from outputs tests/fakes/nvidia_smi.py computed when the",
+        "# probe's command lines from outputs tests/fakes/nvidia_smi.py computed when the",
         "# node was set up, without starting Python; runs that fake for anything else.",
         f"dir={shlex.quote(directory)}",
         "answer=",

@@ -16,6 +16,7 @@ from cli.facts.parse import (
     parse_compute_apps,
     parse_infiniband,
     parse_meminfo,
+    parse_mig_modes,
     parse_query_gpu,
     parse_topology,
 )
@@ -169,6 +170,12 @@ def test_the_probe_reads_each_nodes_fake_hardware(testfleet: LiveFleet) -> None:
             gpus = parse_query_gpu(text)
             assert [gpu.name for gpu in gpus] == [spec.gpus.model] * spec.gpus.count
             assert [gpu.memory_total_mib for gpu in gpus] == [spec.gpus.memory_mib] * len(gpus)
+            modes = parse_mig_modes(sections["mig"][0])
+            has_mig = spec.gpus.has_mig()
+            assert modes == {
+                gpu: (gpu in spec.gpus.mig_enabled if has_mig else None)
+                for gpu in range(spec.gpus.count)
+            }
             processes = parse_compute_apps(sections["compute-apps"][0])
             assert [p.pid for p in processes] == [p.pid for p in spec.gpus.processes]
             assert parse_topology(sections["topology"][0]) == spec.gpus.nvlink_domains()
@@ -191,7 +198,7 @@ def test_the_probe_reads_each_nodes_fake_hardware(testfleet: LiveFleet) -> None:
 
 
 def test_nvidia_smi_answers_as_the_python_fake(testfleet: LiveFleet) -> None:
-    """/usr/bin/nvidia-smi is the fake's sh fast path (the probe's three command lines,
+    """/usr/bin/nvidia-smi is the fake's sh fast path (the probe's four command lines,
     answered from outputs precomputed at setup) in front of the Python fake (anything else):
     on every node, its stdout, stderr and exit status are the Python fake's."""
     invocations = {**nvidia_smi.PROBE_INVOCATIONS, "list": ("-L",), "other": ("topo", "-mp")}

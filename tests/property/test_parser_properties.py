@@ -350,7 +350,8 @@ def probe_output(data: FakeData, shards: str) -> str:
         **{
             section: (outputs[f"{name}.out"], outputs[f"{name}.status"].strip())
             for section, name in (
-                ("query-gpu", "query-gpu"), ("compute-apps", "compute-apps"), ("topology", "topo")
+                ("query-gpu", "query-gpu"), ("mig", "mig"), ("compute-apps", "compute-apps"),
+                ("topology", "topo"),
             )
         },
         "infiniband": (SYSFS, "0"),
@@ -387,8 +388,9 @@ def test_a_whole_probe_output_is_read_back_to_its_facts(data: FakeData, word: st
     line = SHARD + (f"\t{word}" if word else "")
     facts = facts_from_attempt(probe_output(data, line), None, None, NOW)
     assert facts.error is None and facts.last_reached == NOW
-    # With no GPU, nvidia-smi says "No devices were found" and exits 6: not reported.
-    assert facts.gpus == (gpus_of(data) if data["gpus"] else None)
+    # With no GPU, nvidia-smi says "No devices were found" and exits 6; with nothing NVIDIA
+    # on the PCI bus either (this output's pci-nvidia is empty), the node has no GPUs.
+    assert facts.gpus == (gpus_of(data) if data["gpus"] else ())
     assert facts.nvlink_domains == (nvlink_components(data) if data["gpus"] else None)
     assert facts.listening_ports == (8000,)
     assert facts.memory == Memory(total_mib=15961, available_mib=14488)  # 16344972 kB

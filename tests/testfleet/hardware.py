@@ -75,6 +75,11 @@ def gpu_data(node: str, spec: NodeSpec) -> dict[str, Any]:
                 "numa_node": numa,
                 "cpu_affinity": NUMA_CPUS[numa],
                 "pcie_switch": index * switches // count,
+                "mig_mode": (
+                    ("Enabled" if index in gpus.mig_enabled else "Disabled")
+                    if gpus.has_mig()
+                    else None
+                ),
             }
         )
     nics = []
@@ -303,7 +308,7 @@ class NodeFile:
     symlink: bool = False  # content is the link target
 
 
-# On a GPU node: /usr/bin/nvidia-smi is a sh script serving the probe's three command lines
+# On a GPU node: /usr/bin/nvidia-smi is a sh script serving the probe's four command lines
 # from outputs precomputed here, and running the Python fake (installed beside, reading
 # gpus.json) for any other (tests/fakes/nvidia_smi.py, fast_path_script).
 NVIDIA_SMI_OUTPUTS: Final = "etc/modelfleet-fake/nvidia-smi"

@@ -32,6 +32,9 @@ from pydantic_core import ArgsKwargs, ErrorDetails
 MAX_NODES: Final = 64
 NODE_NAME: Final = re.compile(r"^node-([1-9][0-9]*)$")
 HCA_STATES: Final = {"DOWN": 1, "INIT": 2, "ARMED": 3, "ACTIVE": 4, "ACTIVE_DEFER": 5}
+# The data-centre GPUs with MIG (NVIDIA's MIG user guide, "Supported GPUs"), by the names
+# nvidia-smi prints; any other model reports mig.mode.current as [N/A].
+MIG_MODELS: Final = re.compile(r"\b(A100|A30|A800|H100|H200|H800|H20|B200|GB200)\b")
 
 
 class FleetError(Exception):
@@ -131,6 +134,7 @@ class GpuSpec(_Spec):
     underline_topo_header: Annotated[bool, Strict()] = False  # as newer drivers print topo -m
     uncorrected_ecc: Mapping[Whole, Whole] = Field(default_factory=dict)  # GPU index → errors
     processes: tuple[GpuProcessSpec, ...] = ()
+    mig_enabled: tuple[Whole, ...] = ()  # GPU indices in MIG mode (a GPU model that has it)
 
     @field_validator("nvlink", mode="before")
     @classmethod
@@ -160,6 +164,7 @@ class GpuSpec(_Spec):
             *((f"nvlink[{n}]", gpu) for n, group in enumerate(self.groups()) for gpu in group),
             *((f"uncorrected_ecc.{gpu}", gpu) for gpu in self.uncorrected_ecc),
             *((f"processes[{n}].gpu", process.gpu) for n, process in enumerate(self.processes)),
+            *((f"mig_enabled[{n}]", gpu) for n, gpu in enumerate(self.mig_enabled)),
         ]
         for where, gpu in indices:
             if gpu >= self.count:
@@ -169,7 +174,13 @@ class GpuSpec(_Spec):
             raise ValueError("nvlink: a GPU is in one NVLink group at most")
         if self.uncorrected_ecc and not self.ecc:
             raise ValueError("uncorrected_ecc needs ecc: true")
+        if self.mig_enabled and not self.has_mig():
+            raise ValueError(f"mig_enabled: {self.model} has no MIG mode")
         return self
+
+    def has_mig(self) -> bool:
+        """Whether nvidia-smi gives this model a MIG mode (mig.mode.current not [N/A])."""
+        return MIG_MODELS.search(self.model) is not None
 
     def groups(self) -> tuple[tuple[int, ...], ...]:
         """The NVLink groups the spec lists (none for "all" and "none")."""

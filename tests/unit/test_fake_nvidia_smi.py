@@ -19,7 +19,7 @@ from typing import Any, cast
 
 import pytest
 
-from cli.facts.parse import parse_compute_apps, parse_query_gpu, parse_topology
+from cli.facts.parse import parse_compute_apps, parse_mig_modes, parse_query_gpu, parse_topology
 from tests import testfleet
 from tests.fakes import nvidia_smi
 from tests.fakes.nvidia_smi import FakeData, GpuData, NicData
@@ -30,13 +30,15 @@ PROBE = ROOT / "cli" / "facts" / "probe.sh"
 
 
 def probe_invocations() -> dict[str, list[str]]:
-    """The nvidia-smi command lines of the probe, by their first argument."""
+    """The nvidia-smi command lines of the probe (run by its `smi` wrapper), by their first
+    argument; "mig" for the MIG mode query."""
     found: dict[str, list[str]] = {}
     for line in PROBE.read_text().splitlines():
-        match = re.match(r"^\s*nvidia-smi\s+(.*?)\s*2>&1\s*$", line)
+        match = re.match(r"^\s*smi\s+(.*?)\s*$", line)
         if match is not None:
             argv = shlex.split(match.group(1))
-            found[argv[0].partition("=")[0]] = argv
+            name = argv[0].partition("=")[0]
+            found["mig" if "mig.mode.current" in argv[0] else name] = argv
     return found
 
 
@@ -57,8 +59,8 @@ GPU_NODES = [
 ]
 
 
-def test_the_probe_runs_three_nvidia_smi_commands() -> None:
-    assert sorted(probe_invocations()) == ["--query-compute-apps", "--query-gpu", "topo"]
+def test_the_probe_runs_four_nvidia_smi_commands() -> None:
+    assert sorted(probe_invocations()) == ["--query-compute-apps", "--query-gpu", "mig", "topo"]
 
 
 @pytest.mark.parametrize(("name", "spec"), GPU_NODES, ids=[name for name, _ in GPU_NODES])
@@ -95,9 +97,33 @@ def test_probe_output_parses_back_to_the_spec(name: str, spec: testfleet.NodeSpe
         (testfleet.gpu_uuid(name, p.gpu), p.pid, p.name, p.used_mib) for p in gpus.processes
     ]
 
+    code, out, err = run(commands["mig"], data)
+    assert (code, err) == (0, "")
+    expected_mig = {
+        index: (index in gpus.mig_enabled if gpus.has_mig() else None)
+        for index in range(gpus.count)
+    }
+    assert parse_mig_modes(out) == expected_mig
+
     code, out, err = run(commands["topo"], data)
     assert (code, err) == (0, "")
     assert parse_topology(out) == gpus.nvlink_domains()
+
+
+def test_a_gpu_in_mig_mode_says_enabled_and_a_gpu_without_mig_says_not_available() -> None:
+    a100 = testfleet.default_spec(4)
+    assert a100.gpus is not None
+    split = fake_data("node-4", replace(a100, gpus=replace(a100.gpus, mig_enabled=(1,))))
+    code, out, _ = run(["--query-gpu=index,mig.mode.current", "--format=csv,noheader"], split)
+    assert (code, out) == (0, "0, Disabled\n1, Enabled\n2, Disabled\n3, Disabled\n")
+    l40s = testfleet.default_spec(3)
+    assert l40s.gpus is not None
+    code, out, _ = run(
+        ["--query-gpu=index,mig.mode.current", "--format=csv,noheader"], fake_data("node-3", l40s)
+    )
+    assert (code, out) == (0, "0, [N/A]\n1, [N/A]\n2, [N/A]\n3, [N/A]\n")
+    with pytest.raises(ValueError, match="has no MIG mode"):
+        replace(l40s.gpus, mig_enabled=(0,))
 
 
 def test_the_default_fleet_covers_the_cases() -> None:

@@ -131,6 +131,21 @@ def test_one_ecc_error_is_written_in_the_singular_two_in_the_plural() -> None:
     ]
 
 
+def test_a_gpu_in_mig_mode_is_unusable_and_one_without_mig_or_with_it_off_is_not() -> None:
+    node_facts = facts(NodeSpec("node-1", "A100", 3))
+    assert node_facts.gpus is not None
+    modes = (True, False, None)
+    node_facts = node_facts.model_copy(
+        update={
+            "gpus": tuple(
+                gpu.model_copy(update={"mig_enabled": mode})
+                for gpu, mode in zip(node_facts.gpus, modes, strict=True)
+            )
+        }
+    )
+    assert gpus_of(node_facts) == [(0, "MIG mode enabled", None), (1, None, None), (2, None, None)]
+
+
 def test_foreign_processes_are_named_by_pid_and_program_all_of_them() -> None:
     spec = NodeSpec("node-1", "H100", 2)
     node_facts = facts(spec).model_copy(

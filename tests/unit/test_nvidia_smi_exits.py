@@ -1,0 +1,157 @@
+"""What nvidia-smi prints besides its rows, and its exit codes, read as nvidia-smi(1) says.
+
+Each message is one published from a real machine (samples/SOURCES.md); the probe keeps
+nvidia-smi's stderr apart from its rows (probe.sh's `smi`), and a message on either stream
+is a note, never a CSV row that hides every GPU of the node.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cli.facts.model import NodeFacts
+from cli.facts.parse import FactsParseError, parse_mig_modes
+from cli.facts.probe import facts_from_probe
+from tests.builders import NOW
+from tests.unit.test_probe_output import probe_output, section
+
+SAMPLES = Path(__file__).parent / "samples"
+PROBE = Path(__file__).parents[2] / "cli" / "facts" / "probe.sh"
+ROW_0 = (
+    "0, GPU-aaaaaaaa-1111-2222-3333-444444444444, NVIDIA H100 80GB HBM3, 00000000:18:00.0,"
+    " 81559, 4, 0"
+)
+ROW_2 = (
+    "2, GPU-cccccccc-1111-2222-3333-444444444444, NVIDIA H100 80GB HBM3, 00000000:3A:00.0,"
+    " 81559, 4, 0"
+)
+ONE_DEVICE = section("pci-nvidia", "0000:18:00.0 0x030200\n")
+NO_DEVICE = section("pci-nvidia", "")
+
+
+def sample(name: str) -> str:
+    return (SAMPLES / name).read_text()
+
+
+def stderr(text: str) -> str:
+    return "".join(f"@@stderr {line}\n" for line in text.splitlines())
+
+
+def facts(query_gpu: str, pci: str = ONE_DEVICE, **others: str) -> NodeFacts:
+    gpu_free = {"compute-apps": "", "topology": ""} if "topology" not in others else {}
+    return facts_from_probe(
+        probe_output(**{"query-gpu": query_gpu, "pci-nvidia": pci, **gpu_free, **others}), NOW
+    )
+
+
+def test_a_cpu_node_with_the_driver_tools_has_no_gpus_not_unknown_ones() -> None:
+    found = facts(
+        section("query-gpu", sample("nvidia-smi-no-devices-singuconda-6.txt"), 6), NO_DEVICE
+    )
+    assert found.gpus == ()
+    assert found.notes == ("no NVIDIA device on the PCI bus",)
+
+
+def test_a_cpu_node_whose_nvidia_smi_finds_no_driver_has_no_gpus() -> None:
+    text = sample("nvidia-smi-no-driver-cpu-node-eessi-910.txt")
+    assert facts(section("query-gpu", text, 9), NO_DEVICE).gpus == ()
+
+
+def test_no_devices_while_one_is_on_the_pci_bus_is_unknown_and_said() -> None:
+    found = facts(section("query-gpu", sample("nvidia-smi-no-devices-singuconda-6.txt"), 6))
+    assert found.gpus is None
+    assert found.notes[0] == "nvidia-smi found no devices, but 1 NVIDIA device(s) on the PCI bus"
+
+
+def test_no_driver_on_a_gpu_node_is_unknown_gpus_with_the_cause() -> None:
+    text = sample("nvidia-smi-no-driver-cpu-node-eessi-910.txt")
+    found = facts(section("query-gpu", text, 9))
+    assert found.gpus is None
+    assert found.notes[0] == f"nvidia-smi failed (exit 9): {text.strip()}"
+    silent = facts(section("query-gpu", "", 9))
+    assert silent.notes[0] == "nvidia-smi failed (exit 9): the NVIDIA driver is not loaded"
+
+
+def test_a_driver_library_mismatch_is_said_as_such() -> None:
+    text = sample("nvidia-smi-version-mismatch-gputil-55.txt")
+    found = facts(section("query-gpu", text, 18))
+    assert found.gpus is None
+    assert found.notes[0] == (
+        "nvidia-smi failed (exit 18): Failed to initialize NVML: Driver/library version mismatch"
+    )
+
+
+@pytest.mark.parametrize("where", ["stderr", "stdout"])
+def test_an_inforom_warning_keeps_the_good_rows_and_is_a_note(where: str) -> None:
+    warning = sample("nvidia-smi-inforom-warning-gpu-operator-20.txt")
+    body = (stderr(warning) + ROW_0 + "\n") if where == "stderr" else (warning + ROW_0 + "\n")
+    found = facts(section("query-gpu", body, 14))
+    assert found.gpus is not None and [gpu.index for gpu in found.gpus] == [0]
+    assert "nvidia-smi: WARNING: infoROM is corrupted at gpu 0000:B3:00.0" in found.notes
+
+
+def test_a_lost_gpu_is_said_and_its_healthy_siblings_stay_usable() -> None:
+    lost = sample("nvidia-smi-gpu-lost-owod-81.txt")
+    found = facts(section("query-gpu", stderr(lost) + ROW_0 + "\n" + ROW_2 + "\n", 15))
+    assert found.gpus is not None and [gpu.index for gpu in found.gpus] == [0, 2]
+    assert any("GPU 0000:02:00.0: GPU is lost" in note for note in found.notes)
+
+
+def test_mig_mode_is_read_per_gpu_and_a_gpu_without_mig_has_none() -> None:
+    published = [line.split(", ") for line in sample("mig-mode-dra-driver-852.csv").splitlines()]
+    rows = "".join(f"{index}, {fields[1]}\n" for index, fields in enumerate(published))
+    assert parse_mig_modes(rows) == {0: True, 1: False, 2: False, 3: False}
+    assert parse_mig_modes("0, [N/A]\n") == {0: None}
+    with pytest.raises(FactsParseError, match="line 1: MIG mode 'Pending' is not Enabled"):
+        parse_mig_modes("0, Pending\n")
+
+
+def test_a_gpu_in_mig_mode_is_known_as_such_in_the_facts() -> None:
+    two = ROW_0 + "\n" + ROW_2 + "\n"
+    found = facts(section("query-gpu", two), mig=section("mig", "0, Enabled\n2, Disabled\n"))
+    assert found.gpus is not None
+    assert [gpu.mig_enabled for gpu in found.gpus] == [True, False]
+    old_driver = section("mig", 'Field "mig.mode.current" is not a valid field to query.\n', 2)
+    found = facts(section("query-gpu", two), mig=old_driver)
+    assert found.gpus is not None and [gpu.mig_enabled for gpu in found.gpus] == [None, None]
+    assert "nvidia-smi did not report MIG mode (exit 2)" in found.notes
+
+
+def test_a_topology_of_other_gpus_than_the_list_is_no_topology() -> None:
+    topology = "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV18\t0-47\nGPU1\tNV18\t X \t0-47\n"
+    found = facts(
+        section("query-gpu", ROW_0 + "\n" + ROW_2 + "\n"),
+        topology=section("topology", topology),
+        **{"compute-apps": ""},
+    )
+    assert found.nvlink_domains is None
+    assert any("does not match the GPU list" in note and "GPU1" in note for note in found.notes)
+
+
+def test_the_probe_keeps_nvidia_smis_stderr_apart_and_its_exit_status(tmp_path: Path) -> None:
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f"echo '{ROW_0}'\n"
+        "echo 'WARNING: infoROM is corrupted at gpu 0000:B3:00.0' >&2\n"
+        "exit 14\n"
+    )
+    fake.chmod(0o755)
+    done = subprocess.run(
+        ["sh", str(PROBE)],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    query = done.stdout.split("@@modelfleet begin query-gpu\n", 1)[1].split("@@modelfleet end")[0]
+    assert query.strip().splitlines() == [
+        ROW_0,
+        "@@stderr WARNING: infoROM is corrupted at gpu 0000:B3:00.0",
+    ]
+    assert "@@modelfleet end query-gpu 14\n" in done.stdout
+    found = facts_from_probe(done.stdout, NOW)
+    assert found.gpus is not None and [gpu.index for gpu in found.gpus] == [0]
