@@ -61,14 +61,8 @@ from cli.cluster.snapshot import Snapshot, build_snapshot
 from cli.facts.gpuclass import gpu_class
 from cli.facts.model import Gpu, GpuProcess, HcaPort, Memory, NodeFacts, ShardRecord
 from cli.inventory.schema import Fabric, Host, HostVars
-from cli.placement.place import (
-    PlacementRun,
-    PlacementState,
-    ReplicaPlacement,
-    Verdict,
-    place,
-    place_replica,
-)
+from cli.placement.place import PlacementRun, ReplicaPlacement, Verdict, place, place_replica
+from cli.placement.state import PlacementState
 
 SEED = 20240601
 NOW = datetime(2024, 6, 1, 12, 0, tzinfo=UTC)

@@ -10,16 +10,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cli.cluster import name_order
-from cli.placement.filters import gb
+from cli.placement.constraints import ORDER, gb
 from cli.placement.gpus import format_devices, format_indices
-from cli.placement.place import (
-    PlacementRun,
-    ProfileAttempt,
-    ReplicaPlacement,
-    ShardPlacement,
-    Verdict,
-)
+from cli.placement.place import PlacementRun, ProfileAttempt, ReplicaPlacement, Verdict
 from cli.placement.reasons import Blocking, Constraint, Rejection
+from cli.placement.state import ShardPlacement
 
 PLACEMENT_FORMAT = "modelfleet.placement/v1"
 
@@ -55,7 +50,7 @@ def attempt_reasons(attempt: ProfileAttempt) -> str:
     groups: dict[str, list[Rejection]] = {}
     for rejection in attempt.rejections:
         groups.setdefault(rejection.summary, []).append(rejection)
-    order = list(Constraint)
+    order = list(ORDER)
     ranked = sorted(
         groups.values(), key=lambda rs: (-len(rs), order.index(rs[0].constraint), rs[0].summary)
     )

@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
 
 from cli.catalog.load import Catalog, CatalogModel, CatalogProfile
 from cli.cluster import NameKey, name_order
 from cli.cluster.snapshot import NodeView, Reachability, Snapshot
-from cli.placement import filters
-from cli.placement.filters import Relax
+from cli.placement.constraints import Relax
 from cli.placement.gpus import GpuChoice, choose_gpus
 from cli.placement.reasons import Blocking, Constraint, Rejection
+from cli.placement.state import Candidate, PlacementState, ShardPlacement
 
 
 class Verdict(StrEnum):
@@ -27,16 +27,6 @@ class Verdict(StrEnum):
     NOT_NOW = "not-now"  # fits once our own shards free capacity
     BLOCKED = "blocked"  # fits once node conditions are fixed (cordon, reachability, faults)
     NEVER = "never"  # no node or fabric of this fleet could ever hold it
-
-
-@dataclass(frozen=True, slots=True)
-class ShardPlacement:
-    node: str
-    rank: int
-    gpus: tuple[int, ...]
-    hcas: tuple[str, ...]
-    fabric: str | None
-    note: str = ""  # how the GPUs sit in the NVLink topology
 
 
 @dataclass(frozen=True)
@@ -100,153 +90,6 @@ class PlacementRun:
 # ---------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Holdings:
-    """What our shards hold on one node, as the run goes on."""
-
-    gpus: dict[int, str] = field(default_factory=dict)  # GPU index → replica
-    memory_gib: float = 0.0
-    replicas: dict[str, set[str]] = field(default_factory=dict)  # model → its replicas here
-
-
-NO_RELAX = Relax()
-
-
-class PlacementState:
-    """The snapshot plus the run's own placements so far."""
-
-    def __init__(self, snapshot: Snapshot, relax: Relax = NO_RELAX) -> None:
-        self.snapshot = snapshot
-        self.relax = relax
-        self.nodes = snapshot.nodes
-        self._holdings: dict[str, _Holdings] = {}
-        for node in self.nodes:
-            holdings = _Holdings()
-            if not relax.capacity:
-                holdings.memory_gib = node.memory_reserved_gib
-                for shard in node.shards:
-                    holdings.replicas.setdefault(shard.model, set()).add(shard.replica)
-                for gpu in node.gpus or ():
-                    if gpu.held_by is not None:
-                        holdings.gpus[gpu.index] = gpu.held_by
-            self._holdings[node.name] = holdings
-        self._static: dict[str, list[Rejection | None]] = {}
-        # Incremental capacity: hold() logs the snapshot positions it changed; each profile
-        # keeps its per-node results and how far into the log it has caught up.
-        self._position = {node.name: i for i, node in enumerate(self.nodes)}
-        self._changed: list[int] = []
-        self._results: dict[str, tuple[list[Rejection | int], dict[int, _Candidate], int]] = {}
-        self._placed: dict[str, dict[str, int]] = {}  # model → node → replicas there
-        for node in self.nodes:
-            for model, replicas in self._holdings[node.name].replicas.items():
-                self._placed.setdefault(model, {})[node.name] = len(replicas)
-        # Per node and class: the healthy GPU indices, sorted; computed once per run.
-        self._healthy: dict[tuple[str, str], tuple[int, ...]] = {}
-
-    def static_rejections(self, profile: CatalogProfile) -> list[Rejection | None]:
-        """Per node (snapshot order), the first constraint that fails whatever is held."""
-        cached = self._static.get(profile.key)
-        if cached is None:
-            cached = [self._static_check(profile, node) for node in self.nodes]
-            self._static[profile.key] = cached
-        return cached
-
-    def _static_check(self, profile: CatalogProfile, node: NodeView) -> Rejection | None:
-        spec, name = profile.spec, profile.name
-        return (
-            filters.node_status(name, node, self.relax)
-            or filters.node_selector(name, node, spec.node_selector)
-            or filters.memory_total(name, node, spec.min_memory_gb)
-            or filters.gpu_class(name, node, spec, self.relax)
-            or filters.gpu_health(name, node, spec, self.relax)
-        )
-
-    def healthy_gpus(self, node: NodeView, gpu_class: str) -> tuple[int, ...]:
-        key = (node.name, gpu_class)
-        healthy = self._healthy.get(key)
-        if healthy is None:
-            healthy = tuple(
-                g.index
-                for g in node.gpus or ()
-                if g.gpu_class == gpu_class and (g.unusable is None or self.relax.conditions)
-            )
-            self._healthy[key] = healthy
-        return healthy
-
-    def free_gpus(self, node: NodeView, gpu_class: str) -> list[int]:
-        held = self._holdings[node.name].gpus
-        return [i for i in self.healthy_gpus(node, gpu_class) if i not in held]
-
-    def held_by(self, node: NodeView, gpu_class: str) -> dict[str, list[int]]:
-        holders: dict[str, list[int]] = {}
-        classes = {g.index: g.gpu_class for g in node.gpus or ()}
-        for index, replica in sorted(self._holdings[node.name].gpus.items()):
-            if classes.get(index) == gpu_class:
-                holders.setdefault(replica, []).append(index)
-        return holders
-
-    def reserved_gib(self, node: NodeView) -> float:
-        return self._holdings[node.name].memory_gib
-
-    def hold(self, replica: str, profile: CatalogProfile, shards: Iterable[ShardPlacement]) -> None:
-        for shard in shards:
-            holdings = self._holdings[shard.node]
-            for index in shard.gpus:
-                if index in holdings.gpus:
-                    raise AssertionError(f"GPU {index} of {shard.node} handed out twice")
-                holdings.gpus[index] = replica
-            holdings.memory_gib += profile.spec.min_memory_gb or 0.0
-            mine = holdings.replicas.setdefault(profile.model, set())
-            if replica not in mine:
-                mine.add(replica)
-                counts = self._placed.setdefault(profile.model, {})
-                counts[shard.node] = counts.get(shard.node, 0) + 1
-            self._changed.append(self._position[shard.node])
-
-    def capacity_results(
-        self, profile: CatalogProfile
-    ) -> tuple[list[Rejection | int], dict[int, _Candidate]]:
-        """Per node (snapshot order) `_capacity_check`, and the nodes that passed; redone
-        only where hold() changed something since this profile last asked."""
-        entry = self._results.get(profile.key)
-        static = self.static_rejections(profile)
-        if entry is None:
-            results: list[Rejection | int] = [
-                _capacity_check(profile, node, rejection, self)
-                for node, rejection in zip(self.nodes, static, strict=True)
-            ]
-            candidates = {
-                position: _Candidate(self.nodes[position], found)
-                for position, found in enumerate(results)
-                if not isinstance(found, Rejection)
-            }
-        else:
-            results, candidates, seen = entry
-            for position in set(self._changed[seen:]):
-                node = self.nodes[position]
-                found = _capacity_check(profile, node, static[position], self)
-                results[position] = found
-                if isinstance(found, Rejection):
-                    candidates.pop(position, None)
-                else:
-                    candidates[position] = _Candidate(node, found)
-        self._results[profile.key] = (results, candidates, len(self._changed))
-        return results, candidates
-
-    def replica_counts(self, model: str) -> dict[str, int]:
-        """Node → replicas of `model` on it."""
-        return self._placed.setdefault(model, {})
-
-
-# ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Candidate:
-    node: NodeView
-    free: int  # free GPUs of the class (0 for CPU profiles)
-
-
 def try_profile(
     profile: CatalogProfile, state: PlacementState, spread: int = 1
 ) -> tuple[tuple[ShardPlacement, ...] | None, ProfileAttempt]:
@@ -280,35 +123,6 @@ def try_profile(
     return shards, attempt
 
 
-def _capacity_check(
-    profile: CatalogProfile, node: NodeView, static: Rejection | None, state: PlacementState
-) -> Rejection | int:
-    """The node's first failing constraint, in the documented order, or its free GPU count."""
-    spec = profile.spec
-    if static is not None and static.constraint in (
-        Constraint.NODE_STATUS,
-        Constraint.NODE_SELECTOR,
-        Constraint.MEMORY,
-    ):
-        return static
-    memory = filters.memory_free(profile.name, node, spec.min_memory_gb, state.reserved_gib(node))
-    if memory is not None:
-        return memory
-    if static is not None:
-        return static
-    if not spec.uses_gpus or spec.gpu_class is None:
-        return 0
-    if node.gpus is None and state.relax.conditions:
-        return spec.gpus_per_node  # pretending it reported them: "blocked", not "never"
-    free = state.free_gpus(node, spec.gpu_class)
-    short = (
-        filters.gpus_free(profile.name, node, spec, free, state.held_by(node, spec.gpu_class))
-        if len(free) < spec.gpus_per_node
-        else None
-    )
-    return short if short is not None else len(free)
-
-
 def _choose(profile: CatalogProfile, node: NodeView, state: PlacementState) -> GpuChoice:
     spec = profile.spec
     if not spec.uses_gpus or spec.gpu_class is None:
@@ -330,7 +144,7 @@ def spread_limit(model: CatalogModel) -> int:
 
 
 def _place_single(
-    profile: CatalogProfile, candidates: list[_Candidate], state: PlacementState, spread: int
+    profile: CatalogProfile, candidates: list[Candidate], state: PlacementState, spread: int
 ) -> tuple[ShardPlacement, ...] | None:
     """Best fit: the partly used node the replica fills most, so whole nodes stay whole.
 
@@ -345,7 +159,7 @@ def _place_single(
     if not spec.uses_gpus:
         need = spec.min_memory_gb or 0.0
 
-        def cpu_key(c: _Candidate) -> tuple[bool, bool, bool, float, NameKey]:
+        def cpu_key(c: Candidate) -> tuple[bool, bool, bool, float, NameKey]:
             total = c.node.memory_total_gib
             left = 0.0 if total is None else total - state.reserved_gib(c.node) - need
             # GPU nodes last: a CPU model there holds RAM a GPU replica will need.
@@ -355,14 +169,14 @@ def _place_single(
         best = min(candidates, key=cpu_key)
         return (ShardPlacement(best.node.name, 0, (), (), None, ""),)
 
-    def key(c: _Candidate) -> tuple[bool, int, int, NameKey]:
+    def key(c: Candidate) -> tuple[bool, int, int, NameKey]:
         here = counts.get(c.node.name, 0)
         return (here >= spread, c.free, here, name_order(c.node.name))
 
     # The best by key usually keeps its group in one NVLink domain: try it before sorting.
     first = min(candidates, key=key)
     choice = _choose(profile, first.node, state)
-    chosen: tuple[_Candidate, GpuChoice] = (first, choice)
+    chosen: tuple[Candidate, GpuChoice] = (first, choice)
     if choice.quality != 0:
         group = spec.nvlink_group
         for candidate in sorted(candidates, key=key):
@@ -379,11 +193,11 @@ def _place_single(
 
 
 def _place_multi(
-    profile: CatalogProfile, candidates: list[_Candidate], state: PlacementState
+    profile: CatalogProfile, candidates: list[Candidate], state: PlacementState
 ) -> tuple[tuple[ShardPlacement, ...] | None, list[Rejection], list[FabricShortfall]]:
     """The emptiest nodes of one fabric: a multi-node replica is the least movable thing."""
     spec = profile.spec
-    by_fabric: dict[str, list[tuple[_Candidate, tuple[str, ...]]]] = {}
+    by_fabric: dict[str, list[tuple[Candidate, tuple[str, ...]]]] = {}
     rejections: list[Rejection] = []
     for candidate in candidates:
         usable, rejection = _fabric_hcas(profile, candidate.node, state.relax)
@@ -391,7 +205,7 @@ def _place_multi(
             rejections.append(rejection)
         for fabric, hcas in usable:
             by_fabric.setdefault(fabric, []).append((candidate, hcas))
-    groups: list[tuple[tuple[int, float, str], str, list[tuple[_Candidate, tuple[str, ...]]]]] = []
+    groups: list[tuple[tuple[int, float, str], str, list[tuple[Candidate, tuple[str, ...]]]]] = []
     shortfalls: list[FabricShortfall] = []
     for fabric, members in sorted(by_fabric.items()):
         if len(members) < spec.nodes:

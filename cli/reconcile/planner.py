@@ -35,15 +35,8 @@ from cli.cluster.snapshot import (
     with_shards,
 )
 from cli.facts.model import ShardRecord
-from cli.placement.place import (
-    PlacementRun,
-    PlacementState,
-    ReplicaPlacement,
-    ShardPlacement,
-    new_replica_id,
-    place,
-    place_replica,
-)
+from cli.placement.place import PlacementRun, ReplicaPlacement, new_replica_id, place, place_replica
+from cli.placement.state import PlacementState, ShardPlacement
 from cli.reconcile.backoff import Backoff, after_failure, failure_key
 from cli.shards.engines import RENDEZVOUS_OFFSET, Rank
 from cli.shards.units import ShardFiles, shard_files

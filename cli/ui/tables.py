@@ -19,7 +19,7 @@ from cli.catalog.load import Catalog
 from cli.cluster import views
 from cli.cluster.snapshot import NodeView, Snapshot, Status
 from cli.facts.model import NodeFacts
-from cli.placement.filters import gb
+from cli.placement.constraints import gb
 from cli.ui.console import out
 from cli.ui.safe import shown
 

@@ -216,10 +216,13 @@ def test_the_readme_shows_what_ctl_prints_today(marker: str, args: list[str]) ->
     assert output == printed
 
 
-@pytest.mark.parametrize("document", ["README.md", "docs/cli.md", "docs/reconcile.md"])
+@pytest.mark.parametrize(
+    "document", ["README.md", "docs/cli.md", "docs/reconcile.md", "docs/placement.md"]
+)
 def test_cog_finds_the_generated_blocks_up_to_date(document: str) -> None:
     # README's example outputs are what ctl prints today, docs/cli.md every command's --help.
-    # docs/reconcile.md's engine table is the engine specs' (cli/shards/specs.py).
+    # docs/reconcile.md's engine table is the engine specs' (cli/shards/specs.py), and
+    # docs/placement.md's constraint table the constraints' (cli/placement/constraints.py).
     done = subprocess.run(
         [sys.executable, "-m", "cogapp", "--check", "--diff", "-I", "scripts", document],
         capture_output=True, text=True, cwd=ROOT, check=False, timeout=120,

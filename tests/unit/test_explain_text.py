@@ -11,7 +11,8 @@ from __future__ import annotations
 from cli.catalog.load import Catalog
 from cli.placement.explain import assumption_lines, refusal_lines, shard_text
 from cli.placement.gpus import format_devices
-from cli.placement.place import ReplicaPlacement, ShardPlacement, place
+from cli.placement.place import ReplicaPlacement, place
+from cli.placement.state import ShardPlacement
 from tests.builders import NodeSpec, catalog, nvswitch, snapshot
 
 # --- format_devices, shard_text -----------------------------------------------------------

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from cli.catalog.load import Catalog
 from cli.cluster.snapshot import Snapshot
-from cli.placement.place import ShardPlacement, place
+from cli.placement.place import place
+from cli.placement.state import ShardPlacement
 from tests.builders import NodeSpec, catalog, pairs, shard, singletons, snapshot
 
 

@@ -9,6 +9,7 @@ import pytest
 from cli.catalog.load import Catalog
 from cli.cluster.snapshot import Snapshot, build_snapshot
 from cli.facts.gpuclass import gpu_class
+from cli.placement.constraints import NODE_CONSTRAINTS, ORDER
 from cli.placement.explain import assumption_lines, summarize_attempt
 from cli.placement.place import PlacementRun, ReplicaPlacement, Verdict, place, spread_limit
 from cli.placement.reasons import Blocking, Constraint
@@ -524,3 +525,13 @@ def test_a_node_takes_replicas_up_to_the_spread_limit_exactly_then_others_do() -
     # replicas.max 5: a quarter rounded up is 2; best fit packs each node to 2, no further.
     nodes = [p.shards[0].node for p in run.placements]
     assert nodes == ["hgx-1", "hgx-1", "hgx-2", "hgx-2", "hgx-3"]
+
+
+def test_every_constraint_code_is_checked_once_in_the_documented_order() -> None:
+    # The list is the order a node is refused in and explanations count in; a code with no
+    # check, or checked twice, would be a constraint the docs promise and nothing holds.
+    assert [str(code) for code in ORDER] == [
+        "node-status", "node-selector", "memory", "gpu-class", "gpus", "fabric",
+    ]  # fmt: skip
+    assert sorted(ORDER) == sorted(Constraint)
+    assert all(c.static is not None or c.capacity is not None for c in NODE_CONSTRAINTS)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 
 from cli.cluster.views import gpu_counts, node_notes, nodes_json
-from cli.placement.place import PlacementState, place, running_replicas
+from cli.placement.place import place, running_replicas
+from cli.placement.state import PlacementState
 from cli.routes.table import route_table
 from cli.ui.tables import gpus_cell, shards_cell
 from tests.builders import catalog, hgx, shard, snapshot
