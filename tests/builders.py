@@ -40,6 +40,8 @@ class NodeSpec:
     unreachable_for: timedelta | None = None
     gpus_known: bool = True
     listening: Sequence[int] = ()  # ports something listens on (None reported when empty)
+    gpu_memory_mib: int | None = 81559  # memory.total of each GPU (an 80 GB H100's)
+    gpu_memory_of: Mapping[int, int | None] = field(default_factory=dict)  # per GPU, if other
 
 
 def nvswitch(count: int = 8) -> list[list[int]]:
@@ -109,7 +111,7 @@ def facts(spec: NodeSpec) -> NodeFacts:
                 index=i,
                 uuid=f"GPU-{spec.name}-{i}",
                 name=name,
-                memory_total_mib=81559,
+                memory_total_mib=spec.gpu_memory_of.get(i, spec.gpu_memory_mib),
                 memory_used_mib=4,
                 ecc_uncorrected=spec.ecc.get(i, 0),
             )

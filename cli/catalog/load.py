@@ -269,6 +269,14 @@ def _check_profile(
             problems.append(
                 problem("nodes", "a CPU profile runs on one node; multi-node needs GPUs")
             )
+        if profile.gpu_memory_gb is not None:
+            problems.append(
+                problem(
+                    "gpu_memory_gb",
+                    "gpu_memory_gb is set but gpus_per_node is 0: a CPU profile has no GPU"
+                    " memory; use min_memory_gb for the node's",
+                )
+            )
         return problems
     if profile.gpu_class is None:
         problems.append(

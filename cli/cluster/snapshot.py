@@ -18,6 +18,7 @@ from cli.cluster.trust import (
     InvalidShard,
     catalog_problem,
     disagreements,
+    memory_gib_problem,
     record_problem,
 )
 from cli.facts.model import Gpu, HcaPort, NodeFacts, ShardRecord
@@ -307,6 +308,17 @@ def _reserved(shards: Sequence[ShardRecord]) -> float:
     return sum(s.memory_gib or 0.0 for s in shards if s.holds)
 
 
+def _reserved_by_invalid(invalid: Sequence[InvalidShard]) -> float:
+    """What invalid shards that say they run reserve: not believed as ours, but a process
+    may be there holding that memory, as it holds the GPUs it claims. A figure that is no
+    amount (trust.py refuses it) reserves nothing."""
+    return sum(
+        bad.record.memory_gib or 0.0
+        for bad in invalid
+        if bad.record.holds and memory_gib_problem(bad.record) is None
+    )
+
+
 def with_shards(node: NodeView, shards: Sequence[ShardRecord]) -> NodeView:
     """`node` with exactly `shards`: the GPUs the running and starting ones hold held, the
     others free, their memory reserved. A GPU's faults and foreign processes stay as
@@ -333,7 +345,7 @@ def with_shards(node: NodeView, shards: Sequence[ShardRecord]) -> NodeView:
         node,
         shards=tuple(shards),
         gpus=gpus,
-        memory_reserved_gib=_reserved(shards),
+        memory_reserved_gib=_reserved(shards) + _reserved_by_invalid(node.invalid_shards),
     )
 
 

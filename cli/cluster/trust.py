@@ -44,6 +44,14 @@ def _name_problem(what: str, value: str) -> str | None:
     return None
 
 
+def memory_gib_problem(record: ShardRecord) -> str | None:
+    if record.memory_gib is not None and not (
+        math.isfinite(record.memory_gib) and 0 <= record.memory_gib <= MAX_MEMORY_GIB
+    ):
+        return f"memory_gib {record.memory_gib} is not a finite amount in 0-{MAX_MEMORY_GIB:.0f}"
+    return None
+
+
 def record_problem(record: ShardRecord, gpu_classes: Mapping[int, str] | None) -> str | None:
     """What makes `record` unbelievable without a catalog; None: nothing found.
 
@@ -65,10 +73,9 @@ def record_problem(record: ShardRecord, gpu_classes: Mapping[int, str] | None) -
         return f"rank {record.rank} is not below nodes {record.nodes}"
     if record.port is not None and not 1 <= record.port <= 65535:
         return f"port {record.port} is not in 1-65535"
-    if record.memory_gib is not None and not (
-        math.isfinite(record.memory_gib) and 0 <= record.memory_gib <= MAX_MEMORY_GIB
-    ):
-        return f"memory_gib {record.memory_gib} is not a finite amount in 0-{MAX_MEMORY_GIB:.0f}"
+    memory = memory_gib_problem(record)
+    if memory is not None:
+        return memory
     if len(set(record.gpus)) != len(record.gpus):
         return "claims a GPU twice"
     if record.gpus and gpu_classes is None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from cli.catalog.schema import Profile
-from cli.cluster.snapshot import NodeView, Reachability
+from cli.cluster.snapshot import GpuView, NodeView, Reachability
 from cli.placement.gpus import format_indices
 from cli.placement.reasons import Blocking, Constraint, Rejection
 
@@ -39,7 +39,9 @@ class Holdings(Protocol):
 
     def reserved_gib(self, node: NodeView) -> float: ...
 
-    def free_gpus(self, node: NodeView, gpu_class: str) -> list[int]: ...
+    def free_gpus(
+        self, node: NodeView, gpu_class: str, gpu_memory_gb: float | None = None
+    ) -> list[int]: ...
 
     def held_by(self, node: NodeView, gpu_class: str) -> dict[str, list[int]]: ...
 
@@ -170,10 +172,57 @@ def gpu_class(subject: Subject) -> Rejection | None:
     return Rejection(profile, node.name, Constraint.GPU_CLASS, message, summary, Blocking.HARDWARE)
 
 
+BYTES_PER_MIB = 1024 * 1024
+BYTES_PER_GB = 1_000_000_000  # GPU memory is sold, and asked for, in GB of 10^9 bytes
+
+
+def has_memory(gpu: GpuView, gpu_memory_gb: float | None) -> bool:
+    """At least `gpu_memory_gb` in all; a GPU that did not report its memory passes
+    (unknown is not too small)."""
+    if gpu_memory_gb is None or gpu.memory_total_mib is None:
+        return True
+    return gpu.memory_total_mib * BYTES_PER_MIB >= gpu_memory_gb * BYTES_PER_GB
+
+
+def sized_gpus(node: NodeView, gpu_class: str, gpu_memory_gb: float | None) -> list[GpuView]:
+    """The node's GPUs of the class that have the memory a profile asks of each."""
+    return [g for g in node.gpus or () if g.gpu_class == gpu_class and has_memory(g, gpu_memory_gb)]
+
+
+def gpu_memory(subject: Subject) -> Rejection | None:
+    """Enough GPUs of the class have `gpu_memory_gb` each (as many as the node has of the
+    class: too few of them at all is the `gpus` constraint's to say)."""
+    node, spec = subject.node, subject.spec
+    need_gb = spec.gpu_memory_gb
+    if not spec.uses_gpus or spec.gpu_class is None or need_gb is None or node.gpus is None:
+        return None
+    of_class = [g for g in node.gpus if g.gpu_class == spec.gpu_class]
+    small = [g for g in of_class if not has_memory(g, need_gb)]
+    need = spec.gpus_per_node
+    if len(of_class) - len(small) >= need or len(of_class) < need:
+        return None
+    sizes: dict[str, list[int]] = {}
+    for gpu in small:
+        total_gb = (gpu.memory_total_mib or 0) * BYTES_PER_MIB / BYTES_PER_GB
+        sizes.setdefault(gb(total_gb), []).append(gpu.index)
+    said = "; ".join(
+        f"GPU {format_indices(indices)} {'has' if len(indices) == 1 else 'have'} {size} GB"
+        for size, indices in sizes.items()
+    )
+    return Rejection(
+        subject.profile,
+        node.name,
+        Constraint.GPU_MEMORY,
+        f"{said}, needs {gb(need_gb)}",
+        f"have {spec.gpu_class} GPUs under {gb(need_gb)} GB",
+        Blocking.HARDWARE,
+    )
+
+
 def gpu_health(subject: Subject) -> Rejection | None:
     """Enough GPUs of the class that no fault or foreign process makes unusable."""
     node, spec, profile = subject.node, subject.spec, subject.profile
-    if not spec.uses_gpus or node.gpus is None:
+    if not spec.uses_gpus or spec.gpu_class is None or node.gpus is None:
         return None
     of_class = [g for g in node.gpus if g.gpu_class == spec.gpu_class]
     need = spec.gpus_per_node
@@ -190,8 +239,10 @@ def gpu_health(subject: Subject) -> Rejection | None:
         )
     if subject.relax.conditions:
         return None
-    unusable = [g for g in of_class if g.unusable is not None]
-    healthy = len(of_class) - len(unusable)
+    # Past gpu_memory: only the GPUs with the memory asked count from here on.
+    sized = sized_gpus(node, spec.gpu_class, spec.gpu_memory_gb)
+    unusable = [g for g in sized if g.unusable is not None]
+    healthy = len(sized) - len(unusable)
     if healthy >= need:
         return None
     faults = "; ".join(f"GPU {g.index}: {g.unusable}" for g in unusable)
@@ -199,12 +250,12 @@ def gpu_health(subject: Subject) -> Rejection | None:
         profile,
         node.name,
         Constraint.GPUS,
-        f"{healthy} of {len(of_class)} {spec.gpu_class} usable, needs {need} ({faults})",
+        f"{healthy} of {len(sized)} {spec.gpu_class} usable, needs {need} ({faults})",
         f"have too few usable {spec.gpu_class}",
         Blocking.CONDITION,
         detail=faults,
         free=healthy,
-        total=len(of_class),
+        total=len(sized),
     )
 
 
@@ -215,17 +266,14 @@ def gpus_free(subject: Subject) -> Rejection | None:
     if node.gpus is None:
         return None  # only ever here pretending conditions away: as if it reported them
     need = spec.gpus_per_node
-    free = subject.holdings.free_gpus(node, spec.gpu_class)
+    free = subject.holdings.free_gpus(node, spec.gpu_class, spec.gpu_memory_gb)
     if len(free) >= need:
         return None
     held = subject.holdings.held_by(node, spec.gpu_class)
-    total = sum(1 for g in node.gpus or () if g.gpu_class == spec.gpu_class)
+    sized = sized_gpus(node, spec.gpu_class, spec.gpu_memory_gb)
+    total = len(sized)
     parts = [f"GPU {format_indices(gpus)} held by {holder}" for holder, gpus in held.items()]
-    parts += [
-        f"GPU {g.index}: {g.unusable}"
-        for g in node.gpus or ()
-        if g.gpu_class == spec.gpu_class and g.unusable is not None
-    ]
+    parts += [f"GPU {g.index}: {g.unusable}" for g in sized if g.unusable is not None]
     detail = f" ({'; '.join(parts)})" if parts else ""
     return Rejection(
         profile,
@@ -267,8 +315,15 @@ NODE_CONSTRAINTS: tuple[NodeConstraint, ...] = (
         static=gpu_class,
     ),
     NodeConstraint(
+        Constraint.GPU_MEMORY,
+        "enough GPUs of the class have the profile's `gpu_memory_gb` each (GB of 10^9"
+        " bytes); unknown GPU memory passes",
+        "GPU 0-3 have 42.9 GB, needs 80",
+        static=gpu_memory,
+    ),
+    NodeConstraint(
         Constraint.GPUS,
-        "enough usable, free GPUs of that class",
+        "enough usable, free GPUs of that class (with that memory)",
         "3 of 8 H100 free, needs 4 (GPU 0-3 held by llama-3.1-8b-1)",
         static=gpu_health,
         capacity=gpus_free,

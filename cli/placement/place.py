@@ -129,7 +129,7 @@ def _choose(profile: CatalogProfile, node: NodeView, state: PlacementState) -> G
         return GpuChoice((), 0, "")
     if node.gpus is None:
         return GpuChoice(tuple(range(spec.gpus_per_node)), 1, "GPUs not reported")
-    free = state.free_gpus(node, spec.gpu_class)
+    free = state.free_gpus(node, spec.gpu_class, spec.gpu_memory_gb)
     choice = choose_gpus(free, spec.gpus_per_node, spec.nvlink_group, node.nvlink_domains)
     if choice is None:  # the capacity check said it fits
         raise AssertionError(f"{node.name}: {len(free)} free GPUs cannot hold {spec.gpus_per_node}")

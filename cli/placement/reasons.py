@@ -7,12 +7,14 @@ from enum import StrEnum
 
 
 class Constraint(StrEnum):
-    """The six placement constraints, in the order they are checked. Codes are stable."""
+    """The placement constraints' codes, stable; the order they are checked in is
+    cli/placement/constraints.py's list."""
 
     NODE_STATUS = "node-status"
     NODE_SELECTOR = "node-selector"
     MEMORY = "memory"
     GPU_CLASS = "gpu-class"
+    GPU_MEMORY = "gpu-memory"
     GPUS = "gpus"
     FABRIC = "fabric"
 

@@ -12,7 +12,13 @@ from dataclasses import dataclass, field
 
 from cli.catalog.load import CatalogProfile
 from cli.cluster.snapshot import NodeView, Snapshot
-from cli.placement.constraints import Relax, Subject, first_rejection, first_static_rejection
+from cli.placement.constraints import (
+    Relax,
+    Subject,
+    first_rejection,
+    first_static_rejection,
+    sized_gpus,
+)
 from cli.placement.reasons import Rejection
 
 
@@ -73,7 +79,7 @@ class PlacementState:
             for model, replicas in self._holdings[node.name].replicas.items():
                 self._placed.setdefault(model, {})[node.name] = len(replicas)
         # Per node and class: the healthy GPU indices, sorted; computed once per run.
-        self._healthy: dict[tuple[str, str], tuple[int, ...]] = {}
+        self._healthy: dict[tuple[str, str, float | None], tuple[int, ...]] = {}
 
     def static_rejections(self, profile: CatalogProfile) -> list[Rejection | None]:
         """Per node (snapshot order), the first constraint that fails whatever is held."""
@@ -86,21 +92,26 @@ class PlacementState:
     def _static_check(self, profile: CatalogProfile, node: NodeView) -> Rejection | None:
         return first_static_rejection(Subject(profile.name, profile.spec, node, self.relax, self))
 
-    def healthy_gpus(self, node: NodeView, gpu_class: str) -> tuple[int, ...]:
-        key = (node.name, gpu_class)
+    def healthy_gpus(
+        self, node: NodeView, gpu_class: str, gpu_memory_gb: float | None = None
+    ) -> tuple[int, ...]:
+        """The node's usable GPUs of the class with at least `gpu_memory_gb` each."""
+        key = (node.name, gpu_class, gpu_memory_gb)
         healthy = self._healthy.get(key)
         if healthy is None:
             healthy = tuple(
                 g.index
-                for g in node.gpus or ()
-                if g.gpu_class == gpu_class and (g.unusable is None or self.relax.conditions)
+                for g in sized_gpus(node, gpu_class, gpu_memory_gb)
+                if g.unusable is None or self.relax.conditions
             )
             self._healthy[key] = healthy
         return healthy
 
-    def free_gpus(self, node: NodeView, gpu_class: str) -> list[int]:
+    def free_gpus(
+        self, node: NodeView, gpu_class: str, gpu_memory_gb: float | None = None
+    ) -> list[int]:
         held = self._holdings[node.name].gpus
-        return [i for i in self.healthy_gpus(node, gpu_class) if i not in held]
+        return [i for i in self.healthy_gpus(node, gpu_class, gpu_memory_gb) if i not in held]
 
     def held_by(self, node: NodeView, gpu_class: str) -> dict[str, list[int]]:
         holders: dict[str, list[int]] = {}
@@ -175,4 +186,4 @@ def _capacity_check(
         return 0
     if node.gpus is None:  # only when pretending conditions away: "blocked", not "never"
         return spec.gpus_per_node
-    return len(state.free_gpus(node, spec.gpu_class))
+    return len(state.free_gpus(node, spec.gpu_class, spec.gpu_memory_gb))

@@ -92,7 +92,14 @@ def test_place_json_on_the_example_fleet_follows_the_documented_shape() -> None:
     codes = {(r["node"], r["constraint"], r["blocking"]) for r in refused["rejections"]}
     assert ("hgx-5", "node-status", "condition") in codes
     assert ("cpu-small", "gpu-class", "hardware") in codes
-    assert len(refused["rejections"]) == 11  # every node, for its only profile
+    assert len(refused["rejections"]) == 12  # every node, for its only profile
+    # The 70B's A100 profile asks 80 GB cards: the 40 GB box is refused for that, for good.
+    a100x4 = [r for r in multi["rejections"] if r["profile"] == "a100x4"]
+    assert {(r["node"], r["constraint"], r["blocking"], r["message"]) for r in a100x4} >= {
+        ("a100-2", "gpu-memory", "hardware", "GPU 0-3 have 42.9 GB, needs 80"),
+        ("a100-1", "gpus", "capacity", "2 of 4 A100 free, needs 4 (GPU 0-1 held by"
+         " mistral-small-24b-1)"),
+    }  # fmt: skip
     for placement in data["placements"]:
         assert set(placement) >= {"model", "placed", "profile", "shards", "rejections"}
 

@@ -15,7 +15,9 @@ The rules of docs/placement.md it encodes:
 - Per (profile, node), the first failing of: node-status (Ready, not cordoned; condition),
   node-selector (every label; hardware), memory (MemTotal ≥ min_memory_gb: hardware; then
   what our shards reserve leaves enough: capacity; unknown memory passes), gpu-class (GPUs
-  of the class; hardware, or condition when the node did not report GPUs), gpus (enough of
+  of the class; hardware, or condition when the node did not report GPUs), gpu-memory (as
+  many of them as the profile needs have gpu_memory_gb each, in GB of 10^9 bytes, unknown
+  memory passing: hardware; from here on only those count), gpus (enough of
   the class: hardware; enough usable: condition; enough usable and free: capacity), fabric
   (multi-node only). The blocking words are the doc's: capacity when our shards hold it,
   condition for the node's state, hardware for what the node is.
@@ -109,8 +111,14 @@ class Ledger:
                 gpu.index: gpu.held_by for gpu in node.gpus or () if gpu.held_by is not None
             }
             # A failed shard's processes are gone: it holds no memory (docs/placement.md).
-            held = (s for s in node.shards if s.state in ("running", "starting"))
-            ledger.memory[node.name] = sum(s.memory_gib or 0.0 for s in held)
+            # An invalid shard that says it runs may still hold what it says (docs/facts.md).
+            records = (*node.shards, *(bad.record for bad in node.invalid_shards))
+            held = (s for s in records if s.state in ("running", "starting"))
+            ledger.memory[node.name] = sum(
+                s.memory_gib or 0.0
+                for s in held
+                if s.memory_gib is None or 0 <= s.memory_gib <= 1024.0 * 1024
+            )
             for shard in node.shards:
                 ledger.count(shard.model, node.name, shard.replica)
         return ledger
@@ -168,9 +176,19 @@ def check(spec: Profile, node: NodeView, ledger: Ledger | None, relax: Relax) ->
     of_class = [gpu for gpu in node.gpus if gpu.gpu_class == spec.gpu_class]
     if not of_class:
         return Refusal("gpu-class", "hardware")
+    # gpu-memory: GB of 10^9 bytes; a GPU that did not say its memory is big enough.
+    big = [
+        gpu
+        for gpu in of_class
+        if spec.gpu_memory_gb is None
+        or gpu.memory_total_mib is None
+        or gpu.memory_total_mib * 2**20 >= spec.gpu_memory_gb * 10**9
+    ]
+    if len(of_class) >= need > len(big):
+        return Refusal("gpu-memory", "hardware")
     if len(of_class) < need:
         return Refusal("gpus", "hardware")
-    usable = [gpu for gpu in of_class if gpu.unusable is None or relax.conditions]
+    usable = [gpu for gpu in big if gpu.unusable is None or relax.conditions]
     if len(usable) < need:
         return Refusal("gpus", "condition")
     held = ledger.gpus.get(node.name, {}) if ledger is not None else {}

@@ -65,6 +65,10 @@ LABELS: dict[str, tuple[str, ...]] = {"role": ("coding", "general"), "zone": ("a
 MODEL_NAMES = ("qwen-7b", "llama-70b", "deepseek-v3", "mistral", "phi-4", "gemma-27b")
 NODE_PREFIXES = ("hgx", "gpu", "cpu", "dgx", "node")
 MEMORY_GIB = (0.5, 1, 2, 4, 8, 16, 24, 32, 64, 128, 512)  # dyadic: sums compare exactly
+# GPU memory.total as nvidia-smi reports it: an 80 GB H100 (85.5 GB of 10^9 bytes), a 40 GB
+# A100 (42.9 GB), a 24 GB card (25.3 GB), one that did not say; and what profiles ask.
+GPU_MEMORY_MIB = (81559, 81559, 81559, 81559, 40960, 24576, None)
+GPU_MEMORY_ASKS = (40, 80, 80, 24)
 TWIN_TOTAL_MIB = (1048576, 1048576, None, 262144, 2048)
 TOTAL_MIB = (None, 2048, 8192, 16384, 24576, 65536, 262144, 1048576, None, 0, 33333, 1500001)
 SHARD_MEMORY_GIB = (None, 1.0, 8.0, 32.0)
@@ -215,6 +219,8 @@ def profile_dict(
         profile["pipeline_parallel"] = pp
     if one_in(draw, 3):
         profile["min_memory_gb"] = pick(draw, MEMORY_GIB)
+    if one_in(draw, 3):
+        profile["gpu_memory_gb"] = pick(draw, GPU_MEMORY_ASKS)
     if one_in(draw, 6):
         profile["node_selector"] = selector(draw)
     return profile
@@ -309,6 +315,7 @@ def gpu_facts(draw: st.DrawFn, node: str, fleet: Fleet, twin: bool) -> GpuFacts:
         kind = pick(draw, ("fleet", "fleet", "fleet", "other", "mixed"))
     node_class = fleet.gpu_class if kind == "fleet" else pick(draw, CLASSES)
     variant, clean_ecc, clean_used = pick(draw, CLEAN_GPUS)
+    node_memory = pick(draw, GPU_MEMORY_MIB)
     # Sometimes exactly `need` or `need - 1` healthy free GPUs of the class: the others
     # faulty, foreign-held or held by our shards, in a random mix.
     target: int | None = None
@@ -341,7 +348,7 @@ def gpu_facts(draw: st.DrawFn, node: str, fleet: Fleet, twin: bool) -> GpuFacts:
                 index=index,
                 uuid=f"GPU-{node}-{index}",
                 name=names[variant % len(names)],
-                memory_total_mib=81559,
+                memory_total_mib=pick(draw, GPU_MEMORY_MIB) if kind == "mixed" else node_memory,
                 memory_used_mib=pick(draw, (2048, 1024)) if fault == "invisible" else clean_used,
                 ecc_uncorrected=number(draw, 1, 3) if fault == "ecc" else clean_ecc,
             )

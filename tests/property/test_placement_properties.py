@@ -192,6 +192,11 @@ def test_every_replica_gets_exactly_gpus_per_node_distinct_gpus_of_its_class(
             for index in shard.gpus:
                 assert index in truth.gpus, f"{shard.node} has no GPU {index}"
                 assert truth.gpu_class(index) == spec.gpu_class, (shard, index)
+                # No shard on a GPU with less memory than its profile asks (GB of 10^9
+                # bytes, as the catalog's gpu_memory_gb counts); unknown memory passes.
+                mib, ask = truth.gpus[index].memory_total_mib, spec.gpu_memory_gb
+                if ask is not None and mib is not None:
+                    assert mib * 1024 * 1024 >= ask * 1_000_000_000, (shard, index, mib, ask)
 
 
 @PROPERTY_SETTINGS
@@ -332,12 +337,15 @@ def test_the_highest_priority_profile_that_fits_wins(scenario: Scenario) -> None
             state.hold(placement.replica, placement.profile, placement.shards)
 
 
-def freed(node: NodeInput) -> NodeInput:
-    """The node with our shards gone, and with them their processes and GPU memory."""
+def freed(node: NodeInput, invalid: frozenset[tuple[str, int]] = frozenset()) -> NodeInput:
+    """The node with our shards gone, and with them their processes and GPU memory. The
+    records in `invalid` (replica, rank) stay: not believed, they are not ours to free."""
     facts = node.facts
     if facts is None:
         return node
-    held = Truth(node).held
+    kept = tuple(s for s in facts.shards if (s.replica, s.rank) in invalid)
+    ours = facts.model_copy(update={"shards": tuple(s for s in facts.shards if s not in kept)})
+    held = Truth(NodeInput(node.name, node.host, ours)).held
     uuids = {gpu.uuid for gpu in facts.gpus or () if gpu.index in held}
     gpus = None
     if facts.gpus is not None:
@@ -348,7 +356,7 @@ def freed(node: NodeInput) -> NodeInput:
     processes = None
     if facts.gpu_processes is not None:
         processes = tuple(p for p in facts.gpu_processes if p.gpu_uuid not in uuids)
-    update = {"shards": (), "gpus": gpus, "gpu_processes": processes}
+    update = {"shards": kept, "gpus": gpus, "gpu_processes": processes}
     return NodeInput(node.name, node.host, facts.model_copy(update=update))
 
 
@@ -383,6 +391,7 @@ def healed(node: NodeInput) -> NodeInput:
     update = {
         "error": None,
         "last_reached": NOW,
+        "shards": (),  # what freed() left are invalid shards' claims: a condition, healed
         "gpus": gpus,
         "gpu_processes": (),
         "nvlink_domains": facts.nvlink_domains if facts.gpus is not None else None,
@@ -400,8 +409,14 @@ GPU_NAME = {"H100": "NVIDIA H100 80GB HBM3", "A100": "NVIDIA A100-SXM4-80GB", "L
 def test_verdicts_agree_with_placing_alone_on_a_freed_and_on_a_healed_fleet(
     scenario: Scenario,
 ) -> None:
-    _, run = scenario.run()
-    free = scenario.replace([freed(node) for node in scenario.nodes])
+    snapshot, run = scenario.run()
+    invalid = {
+        node.name: frozenset((bad.record.replica, bad.record.rank) for bad in node.invalid_shards)
+        for node in snapshot.nodes
+    }
+    free = scenario.replace(
+        [freed(node, invalid.get(node.name, frozenset())) for node in scenario.nodes]
+    )
     fixed = free.replace([healed(node) for node in free.nodes])
     alone: dict[tuple[str, bool], bool] = {}
 

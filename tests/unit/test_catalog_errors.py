@@ -151,6 +151,22 @@ def test_parallelism_on_a_cpu_profile_is_refused_at_the_key_that_sets_it(
     assert errors_of(CPU + textwrap.indent(extra, "    ")) == [expected]
 
 
+def test_gpu_memory_on_a_cpu_profile_is_refused_at_its_key() -> None:
+    assert errors_of(CPU + "            gpu_memory_gb: 80\n") == [
+        "catalog.yaml:8: models.m.profiles[0].gpu_memory_gb: gpu_memory_gb is set but"
+        " gpus_per_node is 0: a CPU profile has no GPU memory; use min_memory_gb for the node's"
+    ]
+
+
+def test_a_gpu_profile_asks_gpu_memory_in_gb_and_no_less_than_a_byte() -> None:
+    gpu = CPU.replace("engine: llama.cpp", "engine: vllm\n            gpu_class: A100\n"
+                      "            gpus_per_node: 1")  # fmt: skip
+    (profile,) = load(gpu + "            gpu_memory_gb: 80\n").models["m"].profiles
+    assert profile.spec.gpu_memory_gb == 80
+    (problem,) = errors_of(gpu + "            gpu_memory_gb: 0\n")
+    assert problem.startswith("catalog.yaml:10: models.m.profiles[0].gpu_memory_gb: ")
+
+
 def test_a_cpu_profile_with_the_default_pipeline_of_one_loads() -> None:
     (profile,) = load(CPU + "            pipeline_parallel: 1\n").models["m"].profiles
     assert (profile.spec.gpus_per_node, profile.spec.pipeline_parallel) == (0, 1)

@@ -531,7 +531,73 @@ def test_every_constraint_code_is_checked_once_in_the_documented_order() -> None
     # The list is the order a node is refused in and explanations count in; a code with no
     # check, or checked twice, would be a constraint the docs promise and nothing holds.
     assert [str(code) for code in ORDER] == [
-        "node-status", "node-selector", "memory", "gpu-class", "gpus", "fabric",
+        "node-status", "node-selector", "memory", "gpu-class", "gpu-memory", "gpus", "fabric",
     ]  # fmt: skip
     assert sorted(ORDER) == sorted(Constraint)
     assert all(c.static is not None or c.capacity is not None for c in NODE_CONSTRAINTS)
+
+
+A100_80 = """\
+models:
+  m:
+    source: hf://org/m
+    profiles:
+      - {name: a100x4, priority: 10, engine: vllm, gpu_class: A100, gpus_per_node: 4,
+         gpu_memory_gb: 80}
+"""
+A100_40GB_MIB = 40960  # nvidia-smi's memory.total of an A100-SXM4-40GB: 42.9 GB
+A100_80GB_MIB = 81920  # an A100 80GB: 85.9 GB
+
+
+def test_a_profile_asking_80_gb_per_gpu_is_refused_on_40_gb_a100s_as_never() -> None:
+    small = NodeSpec("a100-40", "A100", 4, pairs(4), gpu_memory_mib=A100_40GB_MIB)
+    placement = one(catalog(A100_80), snapshot(small))
+    assert placement.profile is None and placement.verdict is Verdict.NEVER
+    [refusal] = placement.rejections
+    assert (refusal.constraint, refusal.blocking) == (Constraint.GPU_MEMORY, Blocking.HARDWARE)
+    assert refusal.message == "GPU 0-3 have 42.9 GB, needs 80"
+    assert summarize_attempt(placement.attempts[0]) == (
+        "a100x4: 0/1 nodes fit — 1 has A100 GPUs under 80 GB (a100-40)"
+    )
+
+
+def test_80_gb_cards_fit_an_80_gb_ask_though_they_report_less_than_80_gib() -> None:
+    # An "80GB" H100 reports 81,559 MiB: 79.6 GiB, but 85.5 GB of 10^9 bytes.
+    fleet = snapshot(
+        NodeSpec("a100-40", "A100", 4, pairs(4), gpu_memory_mib=A100_40GB_MIB),
+        NodeSpec("a100-80", "A100", 4, pairs(4), gpu_memory_mib=A100_80GB_MIB),
+    )
+    placement = one(catalog(A100_80), fleet)
+    assert [s.node for s in placement.shards] == ["a100-80"]
+    h100 = one_model("{name: p, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 1,"
+                     " gpu_memory_gb: 80}")  # fmt: skip
+    assert one(h100, snapshot(hgx("hgx-1"))).placed
+
+
+def test_only_the_gpus_with_the_memory_asked_are_given_and_unknown_memory_passes() -> None:
+    mixed = NodeSpec(
+        "mixed", "A100", 6, singletons(6), gpu_memory_mib=A100_80GB_MIB,
+        gpu_memory_of={0: A100_40GB_MIB, 3: A100_40GB_MIB, 5: None},
+    )  # fmt: skip
+    placement = one(catalog(A100_80), snapshot(mixed))
+    assert placement.shards[0].gpus == (1, 2, 4, 5)
+    # One 80 GB GPU short, and one of those held by us: not now, not never.
+    taken = NodeSpec(
+        "mixed", "A100", 6, singletons(6), gpu_memory_mib=A100_80GB_MIB,
+        gpu_memory_of={0: A100_40GB_MIB, 3: A100_40GB_MIB},
+        shards=[shard("x-1", "x", [1])],
+    )  # fmt: skip
+    placement = one(catalog(A100_80), snapshot(taken))
+    assert placement.verdict is Verdict.NOT_NOW
+    [refusal] = placement.rejections
+    assert refusal.constraint is Constraint.GPUS
+    assert refusal.message == "3 of 4 A100 free, needs 4 (GPU 1 held by x-1)"
+
+
+def test_three_big_gpus_of_four_for_a_four_gpu_ask_is_a_memory_refusal() -> None:
+    node = NodeSpec(
+        "a100", "A100", 4, pairs(4), gpu_memory_mib=A100_80GB_MIB,
+        gpu_memory_of={2: A100_40GB_MIB},
+    )  # fmt: skip
+    [refusal] = one(catalog(A100_80), snapshot(node)).rejections
+    assert refusal.message == "GPU 2 has 42.9 GB, needs 80"
