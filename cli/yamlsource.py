@@ -181,6 +181,8 @@ def _check_size(root: yaml.Node, file: str) -> None:
     while stack:
         node, children_done = stack.pop()
         key = id(node)
+        if not children_done and key in expanded:
+            continue  # an alias of a node done already: no second look at its children
         children = _children(node)
         if children_done:
             open_nodes.discard(key)
@@ -197,8 +199,6 @@ def _check_size(root: yaml.Node, file: str) -> None:
                     f"its aliases expand to more than {MAX_VALUES:,} values: refused as an"
                     " alias bomb",
                 )
-            continue
-        if key in expanded:
             continue
         if key in open_nodes:
             line = node.start_mark.line + 1

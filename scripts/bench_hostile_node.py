@@ -1,15 +1,17 @@
 """What one hostile node costs ctl: time and peak memory, printed as JSON.
 
-Two cases (issue 16, bounded work per node):
+Three cases (issue 16, bounded work per node and per file):
 
 - `probe`: a node (a real sshd on loopback) whose probe prints 100 MB; `ctl nodes` gathers
   from it. ctl stops reading at 8 MiB and the node gets a note.
 - `gpus`: a facts snapshot of a node that claims 300,000 GPUs, given to `ctl nodes --facts`.
+- `bomb`: a 1 MB catalog that is an alias bomb (two lists of about 100,000 items, the second
+  all aliases of the first: 10^10 values once expanded), given to `ctl catalog check`.
 
 Each ctl runs in a wrapper process that reports its own children's peak RSS
 (resource.getrusage(RUSAGE_CHILDREN) after ctl exits), so nothing else is counted.
 
-    .venv/bin/python scripts/bench_hostile_node.py [probe|gpus ...]
+    .venv/bin/python scripts/bench_hostile_node.py [probe|gpus|bomb ...]
 """
 
 from __future__ import annotations
@@ -117,6 +119,24 @@ def hostile_snapshot(work: Path, rows: int = GPU_ROWS) -> dict[str, Any]:
     )
 
 
+def alias_bomb(size: int = 1_000_000) -> str:
+    """YAML of about `size` bytes whose aliases expand to (size / 8)**2 values."""
+    count = size // 8
+    items = ", ".join(["x"] * count)
+    aliases = ", ".join(["*a"] * count)
+    return f"models:\n  m: &a [{items}]\n  n: [{aliases}]\n"
+
+
+def hostile_catalog(work: Path, size: int = 1_000_000) -> dict[str, Any]:
+    """`ctl catalog check` on a catalog that is a `size`-byte alias bomb."""
+    work.mkdir(parents=True, exist_ok=True)
+    catalog = work / "catalog.yaml"
+    catalog.write_text(alias_bomb(size))
+    return {"file_bytes": catalog.stat().st_size} | measured_ctl(
+        "catalog", "check", "--catalog", str(catalog), state=work / "state"
+    )
+
+
 def main(cases: list[str]) -> None:
     report: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-hostile-") as temporary:
@@ -125,8 +145,10 @@ def main(cases: list[str]) -> None:
             report["probe"] = hostile_probe(work / "probe")
         if "gpus" in cases:
             report["gpus"] = hostile_snapshot(work / "gpus")
+        if "bomb" in cases:
+            report["bomb"] = hostile_catalog(work / "bomb")
     print(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or ["probe", "gpus"])
+    main(sys.argv[1:] or ["probe", "gpus", "bomb"])

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from cli import yamlsource
+from cli.catalog.load import load_catalog
 from cli.errors import InputError
 from cli.facts.store import load_facts_dir
 from cli.inventory.load import load_inventory
@@ -69,6 +71,7 @@ def facts(path: Path) -> object:
 LOADERS: dict[str, tuple[str, Callable[[Path], object]]] = {
     "inventory": ("hosts.yml", inventory),
     "facts": ("hgx-1.json", facts),
+    "catalog": ("catalog.yaml", load_catalog),
 }
 
 
@@ -99,3 +102,30 @@ def test_a_file_over_the_limit_is_refused_without_being_read_whole(tmp_path: Pat
     assert [str(problem) for problem in raised.value.problems] == [
         f"{path}: {MAX_SOURCE_BYTES + 1} bytes: more than 16 MiB"
     ]
+
+
+def test_a_wide_alias_bomb_is_counted_with_each_node_looked_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 2,000 aliases of a 2,000-item list: 4,000,000 values, from 4,000 distinct nodes. Each
+    # alias of a node already counted must cost nothing more: listing the list's children
+    # again for every alias made a 1 MB bomb of this shape take 60 s (scripts/bench_hostile_node
+    # .py bomb; 1.3 s once each node is looked at once).
+    width = 2000
+    text = f"m: &a [{', '.join(['x'] * width)}]\nn: [{', '.join(['*a'] * width)}]\n"
+    listed: list[int] = []
+    children = yamlsource._children
+
+    def counting(node: object) -> list[object]:
+        found = children(node)  # type: ignore[arg-type]
+        listed.append(len(found))
+        return found  # type: ignore[return-value]
+
+    monkeypatch.setattr(yamlsource, "_children", counting)
+    with pytest.raises(InputError) as raised:
+        parse_yaml(text, "f.yml")
+
+    assert [str(p) for p in raised.value.problems] == [
+        "f.yml:2: its aliases expand to more than 1,000,000 values: refused as an alias bomb"
+    ]
+    assert sum(listed) <= 4 * (2 * width + 4)  # each node's children listed a few times
