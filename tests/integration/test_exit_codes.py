@@ -331,3 +331,35 @@ def test_the_scenario_exits_with_its_code(
         assert first.returncode == 0, first.stderr
     result = ctl(*SCENARIOS[(name, code)](world), env={"XDG_STATE_HOME": str(tmp_path / "s")})
     assert result.returncode == code, result.stdout + result.stderr
+
+
+# Each command that changes the nodes, with the fleet's lock held by another ctl: it says
+# who holds it, waits --lock-timeout, exits 1, and has changed nothing (drain's cordon too).
+LOCKED_COMMANDS: dict[str, Callable[[World, str], tuple[str, ...]]] = {
+    "reconcile": lambda w, inventory: (
+        "reconcile", "--catalog", w.file("chat.yaml", CHAT), "--inventory", inventory,
+    ),
+    "drain": lambda w, inventory: ("drain", "hgx-1", *EXAMPLE_CATALOG, "--inventory", inventory),
+    "routes --apply": lambda w, inventory: (
+        "routes", "--apply", *EXAMPLE_CATALOG, "--inventory", inventory,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", sorted(LOCKED_COMMANDS))
+def test_a_changing_command_waits_for_the_fleets_lock_and_changes_nothing(
+    command: str, tmp_path: Path
+) -> None:
+    world = World(tmp_path, None)
+    wait = world.held_inventory()
+    inventory = tmp_path / "editable"
+    before = {path: path.read_bytes() for path in sorted(inventory.rglob("*")) if path.is_file()}
+    result = ctl(
+        *wait, *LOCKED_COMMANDS[command](world, str(inventory)),
+        env={"XDG_STATE_HOME": str(tmp_path / "s")},
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert re.search(r"waiting for PID \d+ \(ctl reconcile, since ", result.stderr)
+    assert "for more than 0.5 s; nothing was changed" in result.stderr
+    after = {path: path.read_bytes() for path in sorted(inventory.rglob("*")) if path.is_file()}
+    assert after == before
