@@ -15,6 +15,7 @@ from cli.commands.options import (
     CatalogOption,
     FactsOption,
     InventoryOption,
+    JsonOption,
     parse_duration,
 )
 
@@ -44,6 +45,7 @@ def reconcile(
             help="Carry out a pass that stops more than half of the running replicas.",
         ),
     ] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Start, rebuild, move and drain replicas until the fleet runs what the catalog asks.
 
@@ -60,11 +62,15 @@ def reconcile(
 
     if facts is not None and not dry_run:
         console.fail("--facts reads a snapshot: use it with --dry-run; applying needs live facts")
+    if as_json and watch:
+        console.fail("--json prints one document for one pass: not with --watch")
     pause = parse_duration(interval).total_seconds()
     while True:
         if watch:  # each pass says when it ran
             console.out.print(f"--- pass at {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC ---")
-        code = reconcile_pass(context, catalog, inventory, facts, dry_run, confirmed=yes)
+        code = reconcile_pass(
+            context, catalog, inventory, facts, dry_run, confirmed=yes, as_json=as_json
+        )
         if not watch:
             raise SystemExit(code)
         try:
@@ -130,13 +136,15 @@ def reconcile_pass(
     cordon: str | None = None,
     *,
     confirmed: bool = True,
+    as_json: bool = False,
 ) -> int:
     """One pass: plan, show, and (not dry_run) carry out, holding the fleet's lock from the
     first fact gathered to the last change, so two passes never plan on the same state.
-    Not `confirmed`: a plan that stops most running replicas is asked about first."""
+    Not `confirmed`: a plan that stops most running replicas is asked about first.
+    `as_json`: the plan and what was done as one document on stdout (docs/json.md)."""
     args = (
         context, catalog_path, inventory_path, facts_dir, dry_run, evict, force, cordon,
-        confirmed,
+        confirmed, as_json,
     )  # fmt: skip
     if dry_run:
         return _reconcile_pass(*args)
@@ -156,10 +164,12 @@ def _reconcile_pass(
     force: bool,
     cordon: str | None,
     confirmed: bool,
+    as_json: bool,
 ) -> int:
     from cli.commands.inputs import app_context, read_catalog, read_fleet, require_tools
     from cli.ops.reconcile import plan_pass
     from cli.reconcile.planner import DRAINING
+    from cli.reconcile.report import reconcile_json
     from cli.ui import console
     from cli.ui.plan import render_plan
 
@@ -169,13 +179,16 @@ def _reconcile_pass(
     fleet = read_fleet(context, inventory_path, facts_dir)
     options = app_context(context)
     the_plan = plan_pass(options, loaded, fleet, inventory_path, evict, force, cordon or DRAINING)
-    console.print_lines(render_plan(the_plan))
+    if not as_json:
+        console.print_lines(render_plan(the_plan))
     if dry_run:
         incomplete = bool(the_plan.unplaced or the_plan.waits) or fleet.partial
+        if as_json:
+            console.print_json(reconcile_json(the_plan, dry_run=True, complete=not incomplete))
         return console.EXIT_INCOMPLETE if incomplete else console.EXIT_OK
     if not confirmed and not _mass_stop_confirmed(the_plan):
         return console.EXIT_INCOMPLETE
-    return apply_plan(context, fleet, the_plan, inventory_path, loaded)
+    return apply_plan(context, fleet, the_plan, inventory_path, loaded, as_json=as_json)
 
 
 def _mass_stop_confirmed(the_plan: Plan) -> bool:
@@ -204,18 +217,29 @@ def apply_plan(
     the_plan: Plan,
     inventory_path: Path,
     catalog: Catalog | None = None,
+    *,
+    as_json: bool = False,
 ) -> int:
-    """Run `the_plan` on the nodes; say what happened; the exit code."""
+    """Run `the_plan` on the nodes; say what happened (`as_json`: the plan and the outcome
+    as one document); the exit code."""
     from cli.commands.inputs import app_context
     from cli.ops import reconcile as ops
+    from cli.reconcile.report import reconcile_json
     from cli.ui import console
 
     applied = ops.apply_plan(
         app_context(context), fleet, the_plan, inventory_path, catalog,
         on_run=say_run, report=lambda line: console.err.print(console.rich_escape(line)),
     )  # fmt: skip
-    for line in applied.lines:  # a node's text among them: never read as markup
-        console.out.print(line, markup=False, overflow="ignore", crop=False)
+    if as_json:
+        console.print_json(
+            reconcile_json(
+                the_plan, dry_run=False, complete=applied.complete, outcome=applied.outcome
+            )
+        )
+    else:
+        for line in applied.lines:  # a node's text among them: never read as markup
+            console.out.print(line, markup=False, overflow="ignore", crop=False)
     return console.EXIT_OK if applied.complete else console.EXIT_INCOMPLETE
 
 

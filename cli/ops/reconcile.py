@@ -32,6 +32,7 @@ class Applied:
 
     lines: list[str]
     complete: bool
+    outcome: Outcome  # the same, for machines (cli/reconcile/report.py)
 
 
 def ledger_file(options: AppContext, inventory_path: Path) -> Path:
@@ -98,14 +99,15 @@ def apply_plan(
         save_ledger(ledger, the_plan.ledger)
         why = None if router is None else router.sync()
         lines = [] if why is None else [f"ROUTERS NOT UPDATED: {why}"]
-        return Applied(lines, complete and why is None)
+        routed = Outcome(ledger=dict(the_plan.ledger), route_failures=[] if why is None else [why])
+        return Applied(lines, complete and why is None, routed)
     executor = AnsibleExecutor(
         inventory_path, options.known_hosts(inventory_path), options.logs, on_run=on_run
     )
     rng = random.Random(the_plan.now.isoformat())  # the same inputs, the same backoffs
     outcome = apply(the_plan, executor, fleet.snapshot.now, rng, report, router)
     save_ledger(ledger, outcome.ledger)
-    return Applied(outcome_lines(outcome), complete and outcome.complete)
+    return Applied(outcome_lines(outcome), complete and outcome.complete, outcome)
 
 
 def outcome_lines(outcome: Outcome) -> list[str]:

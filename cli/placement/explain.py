@@ -128,11 +128,11 @@ def placement_json(run: PlacementRun, unreached: Mapping[str, str] | None = None
         "complete": run.all_placed and not unreached,
         "unreached": dict(unreached),
         "running": {model: list(replicas) for model, replicas in run.running.items()},
-        "placements": [_placement_json(p) for p in run.placements],
+        "placements": [replica_placement_json(p) for p in run.placements],
     }
 
 
-def _placement_json(placement: ReplicaPlacement) -> dict[str, Any]:
+def replica_placement_json(placement: ReplicaPlacement) -> dict[str, Any]:
     return {
         "model": placement.model,
         "replica": placement.replica,

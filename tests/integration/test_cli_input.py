@@ -51,3 +51,14 @@ def test_place_starts_only_named_models_and_only_on_live_facts(tmp_path: Path) -
     assert snapshot.stderr == (
         "error: --facts reads a snapshot: use it with --dry-run; starting needs live facts\n"
     )
+
+
+def test_reconcile_json_is_one_document_for_one_pass_not_a_watch() -> None:
+    result = ctl(
+        "reconcile", "--json", "--watch", "--catalog", str(ROOT / "examples" / "catalog.yaml")
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "error: --json prints one document for one pass: not with --watch"
+    )
+    assert result.stdout == ""

@@ -23,6 +23,7 @@ from cli.ops import reconcile as ops
 from cli.ops.context import AppContext
 from cli.ops.fleet import load_fleet
 from cli.reconcile.ledger import load_ledger
+from cli.reconcile.report import reconcile_json
 from tests.ctl import ROOT, ctl
 from tests.fakes.executor import FakeFleet
 
@@ -199,3 +200,52 @@ def test_the_pass_is_not_done_while_a_model_waits_out_its_backoff(
     applied = ops.apply_plan(options, fleet, the_plan, inventory, loaded, lambda run: None, print)
     assert fake.calls == [("stop", ("llama-3.1-8b-1",))]
     assert applied.complete is False  # exit code 1
+
+
+def test_reconcile_json_is_the_same_plan_and_says_only_what_was_verified(
+    snapshot: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    placed, planned = dry_runs(snapshot, tmp_path / "state")
+    args = ["--catalog", str(EXAMPLES / "catalog.yaml"), "--inventory", str(EXAMPLES / "inventory")]
+    result = ctl(
+        "reconcile", "--dry-run", "--json", *args, "--facts", str(snapshot),
+        env={"XDG_STATE_HOME": str(tmp_path / "state")},
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr  # the same exit code as the text form
+    document = json.loads(result.stdout)
+    assert (document["format"], document["dry_run"], document["complete"]) == (
+        "modelfleet.reconcile/v1", True, False,
+    )  # fmt: skip
+    plan = document["plan"]
+    layout = {
+        (start["replica"], shard["rank"]): (shard["node"], tuple(shard["gpus"]))
+        for start in plan["starts"]
+        for shard in start["shards"]
+    }
+    assert layout == reconcile_layout(planned) == place_layout(placed)
+    assert [(s["replica"], s["drain"]) for s in plan["stops"]] == [("llama-3.1-8b-1", False)]
+    [wait] = plan["waits"]
+    waiting = placed["waiting"]
+    assert isinstance(waiting, dict)
+    assert (wait["model"], wait["until"]) == ("llama-3.1-8b", waiting["llama-3.1-8b"]["until"])
+    assert [u["replica"] for u in plan["unplaced"]] == ["deepseek-v3-1"]
+    assert document["outcome"] is None  # a dry run did nothing
+
+    # The pass's outcome, as the JSON form carries it: started only what the fake verified.
+    fake = FakeFleet(fail={("bge-m3-2", 0)})
+    monkeypatch.setattr(ops, "AnsibleExecutor", lambda *args, **kwargs: fake)
+    options = AppContext(state_dir=tmp_path / "pass" / "modelfleet")
+    inventory = EXAMPLES / "inventory"
+    catalog = load_catalog(EXAMPLES / "catalog.yaml")
+    fleet = load_fleet(options, inventory, snapshot)
+    the_plan = ops.plan_pass(options, catalog, fleet, inventory)
+    applied = ops.apply_plan(options, fleet, the_plan, inventory, catalog, lambda run: None, print)
+    done = reconcile_json(the_plan, dry_run=False, complete=False, outcome=applied.outcome)
+    outcome = done["outcome"]
+    assert "bge-m3-2" not in outcome["started"]
+    assert [f["replica"] for f in outcome["failed"]] == ["bge-m3-2"]
+    assert sorted(outcome["started"]) == sorted(
+        start.replica for start in the_plan.starts if start.replica != "bge-m3-2"
+    )
+    # The broken replica stopped first; the one that failed to start, stopped whole.
+    assert outcome["stopped"] == ["llama-3.1-8b-1", "bge-m3-2"]
