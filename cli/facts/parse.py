@@ -9,6 +9,10 @@ Conventions shared by all parsers:
 - Memory sizes are MiB, rounded down (a node never looks bigger than it is).
 - `None` means "not reported" (nvidia-smi printed `[N/A]`, the kernel has no such line),
   never zero; an empty tuple means "looked, found none".
+
+One module for every section's parser, at about 750 lines: they share the bounds (rows,
+digits, sizes) and FactsParseError's section-and-line reporting that make a hostile node
+cost a note, and splitting them would split those conventions.
 """
 
 from __future__ import annotations

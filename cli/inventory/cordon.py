@@ -1,7 +1,9 @@
 """Where `ctl cordon` and `ctl uncordon` write a host's `cordoned`, as a plan of text edits.
 
 Where a cordon is written, for host NODE (each rule in order):
-   or inline under an entry that names NODE alone): changed there.
+
+1. Where NODE's own `cordoned` is set already (in its host_vars, or inline under an entry
+   that names NODE alone): changed there.
 2. NODE's host_vars: host_vars/NODE (a file), NODE.yml, NODE.yaml or NODE.json, whichever
    Ansible reads; for a host_vars/NODE/ directory, the file cordon.yml in it.
 3. Inline, under the entry that first names NODE in the inventory sources, when that entry
@@ -14,11 +16,11 @@ a host range's) cordon would still apply, it writes `cordoned: false` at host le
 (rules 1-4): removing the group's cordon would uncordon its other hosts too. A file ctl
 created is deleted once nothing but comments is left in it.
 
-Pure half: `locate`, `set_key`, `remove_key`, `plan_cordon` and `plan_uncordon` take texts
-
 Pure: `locate`, `plan_cordon` and `plan_uncordon` take the inventory's texts and return a
 plan, checked with the loader's own pure reader before any file is touched; the edits are
-spliced with cli/inventory/splice.py, and written by cli/inventory/edit.py.
+spliced with cli/inventory/splice.py, and written by cli/inventory/edit.py. About 460
+lines: the four rules above and uncordon's reverse of them read the same places, kept in
+one module so that a rule changed in one direction is seen changed in the other.
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ from cli.inventory.load import SourceText, expand_host_pattern, inventory_from_t
 from cli.inventory.schema import NO_CORDON_REASON, Host
 from cli.inventory.splice import (
     CTL_HEADER,
+    GroupVisit,
     compose,
+    group_visits,
     is_null,
     mapping_pair,
     quote,
@@ -111,12 +115,9 @@ def locate(texts: InventoryTexts, node: str, groups: Sequence[str]) -> Located:
     entries: list[Entry] = []
     cordons: list[Place] = []
     for source in texts.sources:
-        root = compose(source.text, source.file)
-        if isinstance(root, MappingNode):
-            walker = _Walker(source.file, node, set(groups), entries, cordons)
-            for key, value in root.value:
-                if isinstance(key, ScalarNode):
-                    walker.group((key.value,), key.value, value)
+        walker = _Walker(source.file, node, set(groups), entries, cordons)
+        for visit in group_visits(compose(source.text, source.file)):
+            walker.visit(visit)
     for group in groups:
         for vars_file in texts.group_vars.get(group, ()):
             place = _cordon_in(vars_file, (), "group", group)
@@ -131,7 +132,7 @@ def locate(texts: InventoryTexts, node: str, groups: Sequence[str]) -> Located:
 
 @dataclass
 class _Walker:
-    """The loader's walk over one inventory source, noting what concerns one host."""
+    """What concerns one host in the groups of one inventory source, met in walk order."""
 
     file: str
     node: str
@@ -139,23 +140,16 @@ class _Walker:
     entries: list[Entry]
     cordons: list[Place]
 
-    def group(self, path: tuple[str, ...], name: str, data: Node) -> None:
-        if not isinstance(data, MappingNode):
+    def visit(self, visit: GroupVisit) -> None:
+        if visit.key is None or visit.value is None:
             return
-        for key, value in data.value:
-            if not isinstance(key, ScalarNode):
-                continue
-            section = (*path, key.value)
-            if key.value == "vars" and name in self.groups:
-                pair = mapping_pair(value, KEY)
-                if pair is not None:
-                    self.cordons.append(_place(self.file, section, pair[0], "group", name))
-            elif key.value == "children" and isinstance(value, MappingNode):
-                for child, child_data in value.value:
-                    if isinstance(child, ScalarNode):
-                        self.group((*section, child.value), child.value, child_data)
-            elif key.value == "hosts":
-                self.hosts(section, value)
+        section = (*visit.path, visit.key.value)
+        if visit.key.value == "vars" and visit.group in self.groups:
+            pair = mapping_pair(visit.value, KEY)
+            if pair is not None:
+                self.cordons.append(_place(self.file, section, pair[0], "group", visit.group))
+        elif visit.key.value == "hosts":
+            self.hosts(section, visit.value)
 
     def hosts(self, path: tuple[str, ...], data: Node) -> None:
         if isinstance(data, ScalarNode) and data.tag != _NULL_TAG:  # `hosts: hgx-5`

@@ -31,6 +31,10 @@ keys (labels, fabrics, cordoned, gpu_classes) and of the SSH settings are checke
 they are written, even where a higher-precedence value hides them, so an error points at
 the line that has it. Values are not templated (ansible-inventory --list does not either):
 a Jinja expression in one of those keys is refused rather than used as a literal.
+
+About 720 lines: Ansible's reading rules are one thing (where a variable comes from
+decides what wins), and the test that holds them to `ansible-inventory --list`
+(tests/integration/test_inventory_matches_ansible.py) reads them in one place.
 """
 
 from __future__ import annotations

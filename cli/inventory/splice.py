@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,6 +143,43 @@ def mapping_pair(mapping: Node | None, name: str) -> tuple[Node, Node] | None:
 
 def is_null(node: Node | None) -> bool:
     return isinstance(node, ScalarNode) and node.tag == _NULL_TAG
+
+
+@dataclass(frozen=True)
+class GroupVisit:
+    """A group of an inventory source as the walk meets it: first the group itself (`key`
+    None), then each of its keys other than `children` (`vars`, `hosts`, ...) with its value.
+    `path` is the group's own: (NAME,) at the top, (..., "children", NAME) below."""
+
+    group: str
+    path: tuple[str, ...]
+    key: ScalarNode | None = None
+    value: Node | None = None
+
+
+def group_visits(root: Node | None) -> Iterator[GroupVisit]:
+    """Every group of one inventory source and each of its keys, in the order written: a
+    `children` key's groups where it stands (the one walk over the tree that `ctl cordon`
+    and `ctl onboard-node` plan their edits with)."""
+    if isinstance(root, MappingNode):
+        for key, value in root.value:
+            if isinstance(key, ScalarNode):
+                yield from _visits((key.value,), key.value, value)
+
+
+def _visits(path: tuple[str, ...], name: str, data: Node) -> Iterator[GroupVisit]:
+    yield GroupVisit(name, path)
+    if not isinstance(data, MappingNode):
+        return
+    for key, value in data.value:
+        if not isinstance(key, ScalarNode):
+            continue
+        if key.value != "children":
+            yield GroupVisit(name, path, key, value)
+        elif isinstance(value, MappingNode):
+            for child, child_data in value.value:
+                if isinstance(child, ScalarNode):
+                    yield from _visits((*path, "children", child.value), child.value, child_data)
 
 
 def _is_empty(node: Node) -> bool:

@@ -14,6 +14,9 @@
 
 Errors: InputError (exit 2) for bad input and refused host keys, before anything has
 changed; NodeError (exit 1) when the node cannot be reached or fails a step.
+The five steps are one module (about 400 lines) because each checks what the one before
+left: split, the order that keeps a refused host key from reaching the node would be
+spread over files.
 """
 
 from __future__ import annotations

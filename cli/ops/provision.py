@@ -16,6 +16,9 @@ A missing answer (a lost connection, pveproxy's 595–599 when it cannot reach t
 retried while waiting and never destroys anything: when it outlasts the step's timeout the
 VM is left, and rerunning goes on from where it stands. When the cleanup fails, the result
 says which vmid is left and how to remove it.
+
+At about 640 lines, the steps and their cleanup stay one module: the cleanup's proof that
+a VM is ours depends on what each step recorded, and reads best beside it.
 """
 
 from __future__ import annotations

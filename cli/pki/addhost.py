@@ -26,14 +26,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ruamel.yaml.nodes import MappingNode, Node, ScalarNode
+from ruamel.yaml.nodes import MappingNode, Node
 
 from cli.errors import InputError
 from cli.inventory.cordon import FileEdit, InventoryTexts
 from cli.inventory.edit import read_texts, write_verified
 from cli.inventory.load import SourceText, inventory_from_texts, load_inventory
 from cli.inventory.schema import DEFAULT_SSH_PORT, Host, Inventory
-from cli.inventory.splice import CTL_HEADER, compose, is_null, mapping_pair, quote, set_key
+from cli.inventory.splice import (
+    CTL_HEADER,
+    compose,
+    group_visits,
+    is_null,
+    mapping_pair,
+    quote,
+    set_key,
+)
 from cli.yamlsource import parse_yaml
 
 NEW_FILE = "hosts.yml"
@@ -209,34 +217,13 @@ def _check_others(before: Inventory, after: Inventory, name: str, file: str) -> 
 def _find_group(sources: Sequence[SourceText], group: str) -> tuple[str, tuple[str, ...]] | None:
     """The first source that defines `group` (as a top-level key or under `children:`)."""
     for source in sources:
-        root = compose(source.text, source.file)
-        if not isinstance(root, MappingNode):
-            continue
-        for key, value in root.value:
-            if not isinstance(key, ScalarNode):
-                continue
-            if key.value == group:
-                return source.file, (group,)
-            if group != "all":
-                path = _find_child(value, (key.value,), group)
-                if path is not None:
-                    return source.file, path
-    return None
-
-
-def _find_child(node: Node, path: tuple[str, ...], group: str) -> tuple[str, ...] | None:
-    children = mapping_pair(node, "children")
-    if children is None or not isinstance(children[1], MappingNode):
-        return None
-    for key, value in children[1].value:
-        if not isinstance(key, ScalarNode):
-            continue
-        here = (*path, "children", key.value)
-        if key.value == group:
-            return here
-        deeper = _find_child(value, here, group)
-        if deeper is not None:
-            return deeper
+        for visit in group_visits(compose(source.text, source.file)):
+            if (
+                visit.key is None
+                and visit.group == group
+                and (group != "all" or len(visit.path) == 1)
+            ):
+                return source.file, visit.path
     return None
 
 

@@ -14,6 +14,9 @@ runs. Every replica lands in one bucket:
 Broken replicas are stopped first and free their GPUs for this plan's placements; drains
 come last, after the replacements are healthy, so capacity only shrinks once the new
 replicas serve. New replicas are placed one at a time on a state that holds the previous.
+
+At about 540 lines it is one function's worth of buckets and their helpers (the ports
+book, manual replicas, drains with their replacements): the buckets decide together.
 """
 
 from __future__ import annotations

@@ -479,7 +479,13 @@ def test_the_next_command_and_the_removal_commands() -> None:
     assert "pvesh delete /nodes/pve/qemu/101 --purge 1" in commands[1]
 
 
-@pytest.mark.parametrize("module", ["provision/plan.py", "provision/api.py", "ops/provision.py"])
+PLAN_MODULES = sorted(
+    str(path.relative_to(ROOT / "cli"))
+    for path in (ROOT / "cli" / "provision" / "plan").glob("*.py")
+)
+
+
+@pytest.mark.parametrize("module", [*PLAN_MODULES, "provision/api.py", "ops/provision.py"])
 def test_only_the_edge_imports_proxmoxer_or_requests(module: str) -> None:
     tree = ast.parse((ROOT / "cli" / module).read_text(encoding="utf-8"))
     roots: set[str] = set()
@@ -491,7 +497,8 @@ def test_only_the_edge_imports_proxmoxer_or_requests(module: str) -> None:
     assert roots & {"proxmoxer", "requests", "rich", "typer", "socket", "urllib3"} == set()
 
 
-def test_the_plan_does_no_io() -> None:
-    source = (ROOT / "cli" / "provision" / "plan.py").read_text(encoding="utf-8")
+@pytest.mark.parametrize("module", PLAN_MODULES)
+def test_the_plan_does_no_io(module: str) -> None:
+    source = (ROOT / "cli" / module).read_text(encoding="utf-8")
     for call in ("open(", ".read_text(", ".write_text(", "subprocess", "environ"):
         assert call not in source
