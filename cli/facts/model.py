@@ -124,7 +124,8 @@ class NodeFacts(Strict):
     memory: Memory | None = None
     gpus: tuple[Gpu, ...] | None = None
     gpu_processes: tuple[GpuProcess, ...] | None = None
-    # Connected components of NV# links in `nvidia-smi topo -m`; singletons when no NVLink.
+    # Groups of GPUs every pair of which has NV# links in `nvidia-smi topo -m` (a hybrid
+    # cube mesh is two groups, not one); singletons when no NVLink.
     nvlink_domains: tuple[tuple[int, ...], ...] | None = None
     hcas: tuple[HcaPort, ...] | None = None
     shards: tuple[ShardRecord, ...] = ()

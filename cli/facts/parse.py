@@ -451,7 +451,8 @@ def _gpu_number(digits: str, line: int, label: str) -> int:
 
 
 def parse_topology(text: str) -> tuple[tuple[int, ...], ...]:
-    """NVLink domains from `nvidia-smi topo -m`: connected components of NV# cells.
+    """NVLink domains from `nvidia-smi topo -m`: groups of GPUs every pair of which is
+    NVLink-connected (NV#), within the connected components of NV# cells.
 
     Only the GPU rows and GPU columns count; NIC rows and columns (NIC0..., mlx5_0...), the
     affinity columns and the legends are ignored. A GPU with no NV# link is a domain of its
@@ -566,10 +567,39 @@ def parse_topology(text: str) -> tuple[tuple[int, ...], ...]:
             if nv is not None and int(nv.group(1)) > 0:
                 parent[root(gpu)] = root(other)
 
-    domains: dict[int, list[int]] = {}
+    components: dict[int, list[int]] = {}
     for gpu in sorted(links):
-        domains.setdefault(root(gpu), []).append(gpu)
-    return tuple(sorted(tuple(members) for members in domains.values()))
+        components.setdefault(root(gpu), []).append(gpu)
+    linked = {
+        gpu: {other for other, cell in row.items() if other != gpu and _nvlinks(cell) > 0}
+        for gpu, row in links.items()
+    }
+    domains = [clique for members in components.values() for clique in _cliques(members, linked)]
+    return tuple(sorted(domains))
+
+
+def _nvlinks(cell: str) -> int:
+    match = _NVLINK.match(cell)
+    return int(match.group(1)) if match is not None else 0
+
+
+def _cliques(members: list[int], linked: Mapping[int, set[int]]) -> list[tuple[int, ...]]:
+    """`members` (one NVLink component) as groups in which every pair is NVLink-connected.
+
+    On an NVSwitch board or a bridged pair the component is such a group already. A DGX-1's
+    hybrid cube mesh links each GPU to four of seven: one component, but a tensor-parallel
+    group across it would cross the CPUs' interconnect. Greedy, lowest GPU first: each group
+    takes, in index order, every GPU linked to all it holds ({0-3} and {4-7} there)."""
+    left = sorted(members)
+    groups: list[tuple[int, ...]] = []
+    while left:
+        group = [left[0]]
+        for gpu in left[1:]:
+            if all(gpu in linked[member] for member in group):
+                group.append(gpu)
+        groups.append(tuple(group))
+        left = [gpu for gpu in left if gpu not in group]
+    return groups
 
 
 # --------------------------------------------------------------------------- InfiniBand sysfs

@@ -219,7 +219,7 @@ def profile_dict(
         profile["pipeline_parallel"] = pp
     if one_in(draw, 3):
         profile["min_memory_gb"] = pick(draw, MEMORY_GIB)
-    if one_in(draw, 3):
+    if one_in(draw, 4):
         profile["gpu_memory_gb"] = pick(draw, GPU_MEMORY_ASKS)
     if one_in(draw, 6):
         profile["node_selector"] = selector(draw)

@@ -391,7 +391,7 @@ def test_a_whole_probe_output_is_read_back_to_its_facts(data: FakeData, word: st
     # With no GPU, nvidia-smi says "No devices were found" and exits 6; with nothing NVIDIA
     # on the PCI bus either (this output's pci-nvidia is empty), the node has no GPUs.
     assert facts.gpus == (gpus_of(data) if data["gpus"] else ())
-    assert facts.nvlink_domains == (nvlink_components(data) if data["gpus"] else None)
+    assert facts.nvlink_domains == (nvlink_domains_by_search(data) if data["gpus"] else None)
     assert facts.listening_ports == (8000,)
     assert facts.memory == Memory(total_mib=15961, available_mib=14488)  # 16344972 kB
     assert [(s.replica, s.rank, s.state) for s in facts.shards] == [
@@ -417,8 +417,9 @@ def gpus_of(data: FakeData) -> tuple[Gpu, ...]:
     )
 
 
-def nvlink_components(data: FakeData) -> tuple[tuple[int, ...], ...]:
-    """Connected components over the NVLinks, by a plain search (not the parser's)."""
+def nvlink_domains_by_search(data: FakeData) -> tuple[tuple[int, ...], ...]:
+    """NVLink domains by a plain search (not the parser's): the connected components over
+    the NVLinks, each split into fully linked groups."""
     neighbours: dict[int, set[int]] = {gpu["index"]: set() for gpu in data["gpus"]}
     for a, b, _ in data["nvlinks"]:
         neighbours[a].add(b)
@@ -436,7 +437,19 @@ def nvlink_components(data: FakeData) -> tuple[tuple[int, ...], ...]:
                 todo.extend(neighbours[gpu])
         seen |= component
         components.append(tuple(sorted(component)))
-    return tuple(sorted(components))
+    # Then docs/facts.md's split of a component that is not fully linked: lowest GPU first,
+    # a group takes each GPU (in index order) that is linked to every GPU it holds.
+    domains = []
+    for members in components:
+        rest = list(members)
+        while rest:
+            group = {rest[0]}
+            for gpu in rest[1:]:
+                if group <= neighbours[gpu]:
+                    group.add(gpu)
+            domains.append(tuple(sorted(group)))
+            rest = [gpu for gpu in rest if gpu not in group]
+    return tuple(sorted(domains))
 
 
 @HEAVY_SETTINGS
@@ -455,8 +468,8 @@ def test_what_the_fake_nvidia_smi_prints_is_read_back_exactly(data: FakeData) ->
     )
     if data["gpus"]:  # with none, the fake (as nvidia-smi) exits 6 on these two
         assert parse_compute_apps(outputs["compute-apps.out"]) == processes
-        assert parse_topology(outputs["topo.out"]) == nvlink_components(data)
-        event(f"{len(nvlink_components(data))} NVLink domain(s)")
+        assert parse_topology(outputs["topo.out"]) == nvlink_domains_by_search(data)
+        event(f"{len(nvlink_domains_by_search(data))} NVLink domain(s)")
 
 
 NOT_REPORTED = ("[N/A]", "N/A", "[Not Supported]", "[Unknown Error]", "ERR!")

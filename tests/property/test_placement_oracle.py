@@ -346,6 +346,9 @@ def frequencies_in_a_fresh_process(max_nodes: int, examples: int) -> dict[str, f
         # cli/ would move these shares (a new string in the placer took one from 5 % to 3 %).
         "from hypothesis.internal.conjecture import providers\n"
         "providers._get_local_constants = providers.Constants\n"
+        # The suite's `ci` profile (derandomized): without it a fresh interpreter draws
+        # with a random seed, and the shares vary from run to run.
+        "import tests.conftest\n"
         "from tests.property.test_placement_oracle import frequencies\n"
         f"print(json.dumps(frequencies({max_nodes}, {examples})))\n"
     )

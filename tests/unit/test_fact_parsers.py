@@ -479,6 +479,8 @@ EIGHT = ((0, 1, 2, 3, 4, 5, 6, 7),)
         ("topo-rtx6000ada-4gpu-pcie-4nic.txt", ((0,), (1,), (2,), (3,))),
         ("topo-rtx4090-8gpu-pcie-2nic.txt", tuple((gpu,) for gpu in range(8))),
         ("topo-v100-pcie-2gpu-node.txt", ((0,), (1,))),
+        # A DGX-1's hybrid cube mesh: one NVLink component, two fully linked halves.
+        ("topo-v100-sxm2-8gpu-hybrid-cube-mesh.txt", ((0, 1, 2, 3), (4, 5, 6, 7))),
     ],
     ids=lambda value: value if isinstance(value, str) else "",
 )
@@ -486,6 +488,23 @@ def test_nvlink_domains_are_the_connected_components_of_nv_cells(
     name: str, domains: tuple[tuple[int, ...], ...]
 ) -> None:
     assert parse_topology(sample(name)) == domains
+
+
+def test_a_hybrid_cube_mesh_pair_across_the_halves_is_never_one_domain() -> None:
+    # GPU0 and GPU4 are linked (NV2), but 0-5, 1-4... are SYS: a pair {0, 4} is fully
+    # linked, yet taking it would leave {1, 2, 3} and {5, 6, 7}; the greedy split keeps the
+    # two halves, each fully linked, and no domain spans the CPUs' interconnect.
+    domains = parse_topology(sample("topo-v100-sxm2-8gpu-hybrid-cube-mesh.txt"))
+    for domain in domains:
+        assert not ({0, 1, 2, 3} & set(domain) and {4, 5, 6, 7} & set(domain)), domain
+    # A 3-GPU chain (0-1 and 1-2 linked, 0-2 not): one component, no trio.
+    chain = (
+        "\tGPU0\tGPU1\tGPU2\tCPU Affinity\n"
+        "GPU0\t X \tNV4\tSYS\t0-7\n"
+        "GPU1\tNV4\t X \tNV4\t0-7\n"
+        "GPU2\tSYS\tNV4\t X \t0-7\n"
+    )
+    assert parse_topology(chain) == ((0, 1), (2,))
 
 
 def test_an_h100_hgx_topology_is_one_nvlink_domain_of_eight() -> None:
