@@ -118,6 +118,13 @@ def parse_yaml(text: str, file: str) -> YamlDocument:
         if node is None:
             return YamlDocument(file, None, {})
         _check_size(node, file)
+        # Lines and duplicate keys from the document as written: constructing it flattens
+        # a merge key's mapping into the node (PyYAML's flatten_mapping), and the keys an
+        # override replaces (`<<: *defaults` then `b: 3`, which Ansible reads) would look
+        # written twice.
+        lines: dict[KeyPath, int] = {(): node.start_mark.line + 1}
+        problems: list[InputProblem] = []
+        _collect_lines(node, (), lines, problems, file)
         data = loader.construct_document(node)
     except RecursionError:
         raise InputError.single(file, None, (), f"nested more than {MAX_DEPTH} deep") from None
@@ -130,9 +137,6 @@ def parse_yaml(text: str, file: str) -> YamlDocument:
         raise InputError([InputProblem(file, None, (), f"invalid YAML: {error}")]) from None
     finally:
         loader.dispose()
-    lines: dict[KeyPath, int] = {(): node.start_mark.line + 1}
-    problems: list[InputProblem] = []
-    _collect_lines(node, (), lines, problems, file)
     if problems:
         raise InputError(problems)
     return YamlDocument(file, data, lines)

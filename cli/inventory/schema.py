@@ -98,13 +98,27 @@ class Fabric(Strict):
         return hcas
 
 
+def _none_is_no_entries(value: object) -> object:
+    """`labels:` with every entry commented out is null in YAML: no labels, as Ansible and
+    `cordoned:` read it, not an error."""
+    return {} if value is None else value
+
+
+def _none_is_no_items(value: object) -> object:
+    return () if value is None else value
+
+
 class HostVars(Strict):
     """The host variables `ctl` reads; an inventory's other variables are not ours to judge."""
 
-    labels: dict[Label, Label] = Field(default_factory=dict)
-    fabrics: tuple[Fabric, ...] = ()
+    labels: Annotated[dict[Label, Label], BeforeValidator(_none_is_no_entries)] = Field(
+        default_factory=dict
+    )
+    fabrics: Annotated[tuple[Fabric, ...], BeforeValidator(_none_is_no_items)] = ()
     cordoned: Annotated[str | None, BeforeValidator(cordon_reason)] = None
-    gpu_classes: dict[Name, Name] = Field(default_factory=dict)  # GPU name or glob → class
+    gpu_classes: Annotated[  # GPU name or glob → class
+        dict[Name, Name], BeforeValidator(_none_is_no_entries)
+    ] = Field(default_factory=dict)
     # Where shards listen; None: every address (0.0.0.0). Set it when the node has several
     # networks and models should be served on one, or nodes share a network namespace.
     listen_address: IPvAnyAddress | None = None

@@ -238,3 +238,34 @@ def test_fallbacks_without_a_cycle_load_in_the_catalogs_order() -> None:
         "b": ("c",),
         "c": (),
     }
+
+
+def test_a_merge_key_with_an_override_loads_and_a_real_duplicate_is_still_refused() -> None:
+    catalog = load(
+        """\
+        models:
+          m:
+            source: hf://org/m
+            profiles:
+              - &base {name: big, priority: 2, engine: vllm, gpu_class: H100, gpus_per_node: 2}
+              - <<: *base
+                name: small
+                priority: 1
+                gpus_per_node: 1
+        """
+    )
+    assert [
+        (p.name, p.spec.priority, p.spec.gpus_per_node) for p in catalog.models["m"].profiles
+    ] == [
+        ("big", 2, 2),
+        ("small", 1, 1),
+    ]
+    assert errors_of(
+        """\
+        models:
+          m:
+            source: hf://org/m
+            source: hf://org/n
+            profiles: [{name: cpu, priority: 1, engine: llama.cpp}]
+        """
+    ) == ["catalog.yaml:4: models.m.source: duplicate key (first written on line 3)"]

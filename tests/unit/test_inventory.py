@@ -146,6 +146,45 @@ def lines(*rows: str) -> str:
 
 CASES: list[tuple[str, dict[str, str], dict[str, Any]]] = [
     (
+        "a merge key with an override: the later key wins, as Ansible reads it",
+        {
+            "hosts.yml": lines(
+                "gpu:",
+                "  hosts:",
+                "    h1:",
+                "      <<: &rack {labels: {rack: a}, cordoned: fan}",
+                "      cordoned: false",
+                "    h2:",
+                "      <<: *rack",
+                "      labels: {rack: b}",
+            )
+        },
+        {
+            "h1.vars.labels": {"rack": "a"},
+            "h1.vars.cordoned": None,
+            "h2.vars.labels": {"rack": "b"},
+            "h2.vars.cordoned": "fan",
+        },
+    ),
+    (
+        "labels, fabrics and gpu_classes with every entry commented out are empty",
+        {
+            "hosts.yml": lines(
+                "gpu:",
+                "  hosts:",
+                "    h1:",
+                "      labels:",
+                "        # role: inference",
+                "      fabrics:",
+                "        # - {name: ib-a, hcas: [mlx5_0]}",
+                "      gpu_classes:",
+                "        # 'NVIDIA A100*': A100",
+            ),
+            "group_vars/gpu.yml": lines("labels:", "  # site: b"),
+        },
+        {"h1.vars.labels": {}, "h1.vars.fabrics": (), "h1.vars.gpu_classes": {}},
+    ),
+    (
         "ranges under a group make one host each, in the group",
         {"hosts.yml": lines("gpu:", "  hosts:", "    hgx-[1:3]:", "    node-[a:b]:2222:")},
         {
