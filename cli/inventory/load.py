@@ -175,10 +175,13 @@ def resolve(
     `group_vars` and `host_vars` map a group or host name to its files, in merge order.
     """
     problems: list[InputProblem] = []
+    skipped: list[str] = []
     group_files = {
-        name: _read_vars_files(group_vars.get(name, ()), problems) for name in tree.groups
+        name: _read_vars_files(group_vars.get(name, ()), problems, skipped) for name in tree.groups
     }
-    host_files = {name: _read_vars_files(host_vars.get(name, ()), problems) for name in tree.hosts}
+    host_files = {
+        name: _read_vars_files(host_vars.get(name, ()), problems, skipped) for name in tree.hosts
+    }
 
     checked: set[tuple[str, KeyPath]] = set()
     layers: list[Mapping[str, _Var]] = [group.vars for group in tree.groups.values()]
@@ -216,7 +219,7 @@ def resolve(
         hosts.append(_host(host.name, ("all", *ordered), merged))
 
     groups = {group: tuple(names) for group, names in members.items()}
-    return Inventory(source=source, hosts=tuple(hosts), groups=groups)
+    return Inventory(source=source, hosts=tuple(hosts), groups=groups, skipped=tuple(skipped))
 
 
 def _host(name: str, groups: tuple[str, ...], merged: Mapping[str, _Var]) -> Host:
@@ -246,10 +249,24 @@ def _host(name: str, groups: tuple[str, ...], merged: Mapping[str, _Var]) -> Hos
     )
 
 
-def _read_vars_files(files: Sequence[SourceText], problems: list[InputProblem]) -> dict[str, _Var]:
-    """group_vars or host_vars files for one name, merged in order (later replaces earlier)."""
+VAULT_HEADER = "$ANSIBLE_VAULT;"  # a file ansible-vault encrypted whole
+
+
+def _read_vars_files(
+    files: Sequence[SourceText], problems: list[InputProblem], skipped: list[str]
+) -> dict[str, _Var]:
+    """group_vars or host_vars files for one name, merged in order (later replaces earlier).
+
+    A Vault-encrypted file is left out and said in `skipped`: ctl decrypts nothing and reads
+    no secret (Ansible, given the password, would read it; ctl's own keys never need one)."""
     merged: dict[str, _Var] = {}
     for source in files:
+        if source.text.lstrip().startswith(VAULT_HEADER):
+            skipped.append(
+                f"{source.file}: encrypted with ansible-vault; ctl reads no variable from it"
+                " (write labels, fabrics, cordoned and the rest of ctl's keys in a plain file)"
+            )
+            continue
         doc = _parse(source, problems)
         if doc is None or doc.data is None:
             continue

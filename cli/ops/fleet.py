@@ -46,7 +46,8 @@ def _from_snapshot(inventory: Inventory, facts_dir: Path, options: AppContext) -
     now = max(f.gathered_at for f in facts.values())
     snapshot = _snapshot(inventory, facts, now, options)
     unreached = {name: f.error for name, f in facts.items() if f.error is not None}
-    return Fleet(inventory, facts, snapshot, {}, tuple(f"{n}: {e}" for n, e in unreached.items()))
+    said = tuple(f"{n}: {e}" for n, e in unreached.items())
+    return Fleet(inventory, facts, snapshot, {}, (*inventory.skipped, *said))
 
 
 def _snapshot(
@@ -88,7 +89,7 @@ def gather_fleet(
     cache.save(facts)
     unreached = {name: f.error for name, f in facts.items() if f.error is not None}
     snapshot = _snapshot(inventory, facts, moment, options)
-    return Fleet(inventory, facts, snapshot, unreached, tuple(warnings))
+    return Fleet(inventory, facts, snapshot, unreached, (*inventory.skipped, *warnings))
 
 
 def load_fleet(

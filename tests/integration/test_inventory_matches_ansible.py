@@ -20,6 +20,7 @@ import pytest
 from cli.inventory.load import load_inventory
 from cli.inventory.schema import DEFAULT_SSH_PORT, Inventory, validate_host_vars
 from cli.shards.ansible import ansible_command
+from tests.ctl import ctl
 from tests.unit.test_inventory import CASES as UNIT_CASES
 from tests.unit.test_inventory import write
 
@@ -43,7 +44,9 @@ def published_inventories() -> list[Path]:
 INVENTORIES = OURS + published_inventories()
 
 
-def ansible_list(inventory: Path, tmp_path: Path) -> dict[str, Any]:
+def ansible_list(
+    inventory: Path, tmp_path: Path, vault_password_file: Path | None = None
+) -> dict[str, Any]:
     """`ansible-inventory -i INVENTORY --list`, with Ansible's defaults and nothing of ours."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")}
     config = tmp_path / "ansible.cfg"
@@ -57,8 +60,9 @@ def ansible_list(inventory: Path, tmp_path: Path) -> dict[str, Any]:
         "ANSIBLE_INVENTORY_UNPARSED_FAILED": "true",
         "ANSIBLE_NOCOLOR": "1",
     }
+    vault = ["--vault-password-file", str(vault_password_file)] if vault_password_file else []
     done = subprocess.run(
-        [ansible_command("ansible-inventory"), "-i", str(inventory), "--list"],
+        [ansible_command("ansible-inventory"), "-i", str(inventory), "--list", *vault],
         env=env,
         cwd=tmp_path,
         capture_output=True,
@@ -159,3 +163,44 @@ def test_each_rule_the_unit_tests_claim_is_ansibles_rule(
 ) -> None:
     root = write(tmp_path / "inventory", files)
     compare(load_inventory(root), ansible_list(root, tmp_path))
+
+
+def test_a_vault_encrypted_variables_file_is_skipped_said_and_never_read(tmp_path: Path) -> None:
+    # ansible-vault itself encrypts the file; Ansible, given the password, reads it. ctl
+    # reads no secret: it leaves the file out with a warning naming it, and every variable
+    # of its own still comes out as Ansible's (ctl's keys belong in plain files).
+    inventory = write(
+        tmp_path / "inventory",
+        {
+            "hosts.yml": "gpu:\n  hosts:\n    h1:\n",
+            "group_vars/gpu/10-plain.yml": "labels: {role: inference}\n",
+            "group_vars/gpu/20-secrets.yml": "api_token: s3cret-value\n",
+        },
+    )
+    password = tmp_path / "vault-password"
+    password.write_text("correct horse\n")
+    secrets = inventory / "group_vars" / "gpu" / "20-secrets.yml"
+    encrypt = [ansible_command("ansible-vault"), "encrypt", "--vault-password-file", str(password)]
+    done = subprocess.run(
+        [*encrypt, str(secrets)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert secrets.read_text().startswith("$ANSIBLE_VAULT;")
+
+    ours = load_inventory(inventory)
+    listed = ansible_list(inventory, tmp_path, password)
+    assert listed["_meta"]["hostvars"]["h1"]["api_token"] == "s3cret-value"  # Ansible's view
+    compare(ours, listed)
+    assert ours.host("h1").vars.labels == {"role": "inference"}
+    assert ours.skipped == (
+        f"{secrets}: encrypted with ansible-vault; ctl reads no variable from it (write"
+        " labels, fabrics, cordoned and the rest of ctl's keys in a plain file)",
+    )
+    assert "s3cret" not in ours.model_dump_json()
+    snapshot = tmp_path / "facts"
+    snapshot.mkdir()
+    (snapshot / "h1.json").write_text((ROOT / "examples" / "facts" / "cpu-big.json").read_text())
+    shown = ctl("nodes", "--inventory", str(inventory), "--facts", str(snapshot))
+    assert shown.returncode == 0, shown.stderr
+    assert f"warning: {secrets}: encrypted with ansible-vault" in shown.stderr
+    assert "s3cret" not in shown.stdout + shown.stderr
