@@ -452,7 +452,7 @@ def _gpu_number(digits: str, line: int, label: str) -> int:
 
 def parse_topology(text: str) -> tuple[tuple[int, ...], ...]:
     """NVLink domains from `nvidia-smi topo -m`: groups of GPUs every pair of which is
-    NVLink-connected (NV#), within the connected components of NV# cells.
+    NVLink-connected (NV#; `_cliques` says how they are drawn).
 
     Only the GPU rows and GPU columns count; NIC rows and columns (NIC0..., mlx5_0...), the
     affinity columns and the legends are ignored. A GPU with no NV# link is a domain of its
@@ -544,38 +544,20 @@ def parse_topology(text: str) -> tuple[tuple[int, ...], ...]:
             "no row for " + ", ".join(f"GPU{gpu}" for gpu in missing),
         )
 
-    parent = {gpu: gpu for gpu in links}
-
-    def root(gpu: int) -> int:
-        while parent[gpu] != gpu:
-            parent[gpu] = parent[parent[gpu]]
-            gpu = parent[gpu]
-        return gpu
-
     for gpu, row in links.items():
         for other, cell in row.items():
-            if other == gpu:
-                continue
             reverse = links[other][gpu]
-            if (_NVLINK.match(cell) is None) != (_NVLINK.match(reverse) is None):
+            if other != gpu and (_NVLINK.match(cell) is None) != (_NVLINK.match(reverse) is None):
                 raise FactsParseError(
                     SECTION_TOPOLOGY,
                     row_lines[gpu],
                     f"GPU{gpu}→GPU{other} is {cell} but GPU{other}→GPU{gpu} is {reverse}",
                 )
-            nv = _NVLINK.match(cell)
-            if nv is not None and int(nv.group(1)) > 0:
-                parent[root(gpu)] = root(other)
-
-    components: dict[int, list[int]] = {}
-    for gpu in sorted(links):
-        components.setdefault(root(gpu), []).append(gpu)
     linked = {
         gpu: {other for other, cell in row.items() if other != gpu and _nvlinks(cell) > 0}
         for gpu, row in links.items()
     }
-    domains = [clique for members in components.values() for clique in _cliques(members, linked)]
-    return tuple(sorted(domains))
+    return tuple(sorted(_cliques(sorted(links), linked)))
 
 
 def _nvlinks(cell: str) -> int:
@@ -583,14 +565,16 @@ def _nvlinks(cell: str) -> int:
     return int(match.group(1)) if match is not None else 0
 
 
-def _cliques(members: list[int], linked: Mapping[int, set[int]]) -> list[tuple[int, ...]]:
-    """`members` (one NVLink component) as groups in which every pair is NVLink-connected.
+def _cliques(gpus: list[int], linked: Mapping[int, set[int]]) -> list[tuple[int, ...]]:
+    """`gpus` as groups in which every pair is NVLink-connected, lowest GPU first, each
+    group taking, in index order, every GPU linked to all it holds.
 
-    On an NVSwitch board or a bridged pair the component is such a group already. A DGX-1's
-    hybrid cube mesh links each GPU to four of seven: one component, but a tensor-parallel
-    group across it would cross the CPUs' interconnect. Greedy, lowest GPU first: each group
-    takes, in index order, every GPU linked to all it holds ({0-3} and {4-7} there)."""
-    left = sorted(members)
+    On an NVSwitch board or a bridged pair that is each connected set of GPUs as it is. A
+    DGX-1's hybrid cube mesh links each GPU to four of seven: connected, all eight, but a
+    tensor-parallel group across it would cross the CPUs' interconnect; here it is {0-3}
+    and {4-7}. (GPUs of two unlinked sets never share a group, so no separate search for
+    connected components is needed.)"""
+    left = list(gpus)
     groups: list[tuple[int, ...]] = []
     while left:
         group = [left[0]]

@@ -110,6 +110,37 @@ def test_mig_mode_is_read_per_gpu_and_a_gpu_without_mig_has_none() -> None:
         parse_mig_modes("0, Pending\n")
 
 
+MIG = "nvidia-smi --query-gpu=index,mig.mode.current"
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("0, Enabled, extra\n", " line 1: expected 2 fields, got 3"),
+        ("x, Enabled\n", " line 1: index 'x' is not a whole number"),
+        ("1024, Enabled\n", " line 1: index '1024' is out of range (at most 1,023)"),
+        ("1023, Disabled\n0, Enabled\n0, Disabled\n", " line 3: GPU index 0 given twice"),
+        ("".join(f"{i}, Disabled\n" for i in range(1025)), ": reported 1025 GPUs, more than 1,024"),
+    ],
+    ids=["fields", "index", "range", "twice", "rows"],
+)
+def test_a_mig_mode_row_nvidia_smi_would_not_print_is_said_with_its_line(
+    text: str, problem: str
+) -> None:
+    with pytest.raises(FactsParseError) as raised:
+        parse_mig_modes(text)
+    assert str(raised.value) == MIG + problem
+
+
+def test_mig_rows_around_a_no_devices_line_are_all_read_and_it_is_no_row() -> None:
+    assert parse_mig_modes("0, Enabled\nNo devices were found\n1, Disabled\n") == {
+        0: True,
+        1: False,
+    }
+    at_the_cap = "".join(f"{i}, Disabled\n" for i in range(1024)) + "No devices were found\n"
+    assert len(parse_mig_modes(at_the_cap)) == 1024
+
+
 def test_a_gpu_in_mig_mode_is_known_as_such_in_the_facts() -> None:
     two = ROW_0 + "\n" + ROW_2 + "\n"
     found = facts(section("query-gpu", two), mig=section("mig", "0, Enabled\n2, Disabled\n"))
