@@ -1,5 +1,5 @@
 #!/bin/sh
-# modelfleet facts probe: one run per node, one SSH exec, POSIX sh and coreutils only.
+# modelfleet facts probe: one run per node, one SSH exec, POSIX sh, coreutils and sed only.
 # It prints raw sections; every judgement is made by cli/facts/parse.py on the control
 # side, so an old probe on a node never misreads a new format. Read-only: it changes
 # nothing on the node. Each section ends with its command's exit status.
