@@ -17,6 +17,7 @@ from cli.facts.model import NodeFacts
 from cli.facts.parse import FactsParseError, parse_mig_modes
 from cli.facts.probe import facts_from_probe
 from tests.builders import NOW
+from tests.ctl import ctl
 from tests.unit.test_probe_output import probe_output, section
 
 SAMPLES = Path(__file__).parent / "samples"
@@ -186,3 +187,22 @@ def test_the_probe_keeps_nvidia_smis_stderr_apart_and_its_exit_status(tmp_path: 
     assert "@@modelfleet end query-gpu 14\n" in done.stdout
     found = facts_from_probe(done.stdout, NOW)
     assert found.gpus is not None and [gpu.index for gpu in found.gpus] == [0]
+
+
+def test_ctl_nodes_shows_a_cpu_node_with_the_driver_tools_as_having_no_gpus(
+    tmp_path: Path,
+) -> None:
+    # The probe's answer from such a node, saved as a snapshot, read by ctl nodes: no "?".
+    no_devices = sample("nvidia-smi-no-devices-singuconda-6.txt")
+    found = facts(section("query-gpu", no_devices, 6), NO_DEVICE)
+    snapshot = tmp_path / "facts"
+    snapshot.mkdir()
+    (snapshot / "cpu-1.json").write_text(found.model_dump_json())
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  hosts:\n    cpu-1:\n")
+    shown = ctl("nodes", "--inventory", str(inventory), "--facts", str(snapshot))
+    assert shown.returncode == 0, shown.stderr
+    row = next(line for line in shown.stdout.splitlines() if line.startswith("cpu-1 "))
+    assert row.split()[:3] == ["cpu-1", "Ready", "-"]  # GPUS: none, not "?"
+    assert "?" not in row
+    assert "cpu-1: no NVIDIA device on the PCI bus" in shown.stdout

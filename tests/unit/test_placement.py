@@ -9,7 +9,7 @@ import pytest
 from cli.catalog.load import Catalog
 from cli.cluster.snapshot import Snapshot, build_snapshot
 from cli.facts.gpuclass import gpu_class
-from cli.placement.constraints import NODE_CONSTRAINTS, ORDER
+from cli.placement.constraints import NODE_CONSTRAINTS, ORDER, constraint_table
 from cli.placement.explain import assumption_lines, summarize_attempt
 from cli.placement.place import PlacementRun, ReplicaPlacement, Verdict, place, spread_limit
 from cli.placement.reasons import Blocking, Constraint
@@ -601,3 +601,17 @@ def test_three_big_gpus_of_four_for_a_four_gpu_ask_is_a_memory_refusal() -> None
     )  # fmt: skip
     [refusal] = one(catalog(A100_80), snapshot(node)).rejections
     assert refusal.message == "GPU 2 has 42.9 GB, needs 80"
+
+
+def test_the_docs_constraint_table_is_the_list_row_for_row() -> None:
+    table = constraint_table().splitlines()
+    assert table[:2] == ["| code | holds when | example message |", "|---|---|---|"]
+    assert [row.split(" | ")[0] for row in table[2:]] == [
+        "| `node-status`", "| `node-selector`", "| `memory`", "| `gpu-class`",
+        "| `gpu-memory`", "| `gpus`", "| `fabric`",
+    ]  # fmt: skip
+    assert table[-1] == (
+        "| `fabric` | multi-node: the nodes share a fabric with an ACTIVE HCA on each"
+        " | `no active HCA on fabric ib-east (mlx5_0 DOWN)` |"
+    )
+    assert constraint_table().endswith("|\n")
