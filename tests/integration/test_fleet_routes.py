@@ -18,10 +18,7 @@ One test, in steps, each starting from the fleet the previous one left:
 from __future__ import annotations
 
 import json
-import os
 import re
-import shlex
-import subprocess
 import threading
 import time
 import urllib.error
@@ -35,6 +32,7 @@ import yaml
 from tests.ctl import ctl as run_ctl
 from tests.integration.conftest import LiveFleet
 from tests.integration.test_fleet_reconcile import Ctl, ctl_on_standins
+from tests.testfleet.router import prepare_router, router_group_vars
 
 pytestmark = pytest.mark.fleet
 
@@ -76,15 +74,8 @@ def with_router(ctl: Ctl, fleet: LiveFleet) -> None:
     data["all"].setdefault("children", {})["routers"] = {"hosts": {ROUTER: None}}
     hosts.write_text(yaml.safe_dump(data, sort_keys=False))
     settings = {"modelfleet_router_master_key": KEY, "modelfleet_router_apply_timeout": 60}
-    ca = os.environ.get("PIP_CERT")
-    if ca and Path(ca).is_file():
-        target = "/etc/modelfleet/router/pip-ca.pem"
-        script = f"mkdir -p /etc/modelfleet/router && cat > {target}"
-        subprocess.run(
-            fleet.ssh_command(ROUTER, f"sh -c {shlex.quote(script)}"),
-            input=Path(ca).read_bytes(), check=True, timeout=60,
-        )  # fmt: skip
-        settings["modelfleet_router_pip_args"] = f"--cert {target}"
+    settings |= router_group_vars()
+    prepare_router(fleet, ROUTER)
     (ctl.inventory / "group_vars" / "routers.yml").write_text(yaml.safe_dump(settings))
 
 

@@ -287,7 +287,7 @@ def test_the_readme_try_it_commands_are_the_docs_first_steps() -> None:
     assert len(blocks) == 1
     readme = blocks[0].splitlines()
     assert readme == [
-        "scripts/testfleet up 3",
+        "scripts/testfleet up 3 --router node-3",
         ".venv/bin/ctl reconcile --catalog examples/testfleet/catalog.yaml"
         " -i /var/tmp/modelfleet-testfleet/inventory",
     ]
@@ -311,9 +311,9 @@ def test_the_docs_commands_run_as_written(fleet_exclusive: LiveFleet, tmp_path: 
     try:
         for command in docs_commands():
             run = command
-            if command == "scripts/testfleet up 3" and len(fleet.nodes) > 3:
+            if command.startswith("scripts/testfleet up 3 ") and len(fleet.nodes) > 3:
                 # A bigger shared fleet stays whole: `up 3` would stop the nodes beyond 3.
-                run = f"scripts/testfleet up {len(fleet.nodes)}"
+                run = command.replace(" up 3 ", f" up {len(fleet.nodes)} ")
             done = subprocess.run(
                 run, shell=True, cwd=ROOT, env=environment, capture_output=True, text=True,
                 timeout=600, check=False,
@@ -347,6 +347,23 @@ def test_the_docs_commands_run_as_written(fleet_exclusive: LiveFleet, tmp_path: 
         )
         models = fleet.ssh(nodes[0], "python3", "-c", shlex.quote(probe))
         assert models.stdout == "200\n", models.stderr
+        # node-3 drained while a client asked the router: nothing failed, and embed and tiny
+        # answered from node-3, then from their new replicas elsewhere
+        drain = next(c for c in printed if c.startswith("scripts/testfleet requests"))
+        seen = dict(re.findall(r"^  (\S+): (.*)$", printed[drain], flags=re.MULTILINE))
+        assert set(seen) == {"chat-small", "embed", "tiny"}, printed[drain]
+        for model, line in seen.items():
+            sent, failed = map(int, re.findall(r"(\d+) (?:sent|failed)", line))
+            assert sent >= 10 and failed == 0, (model, line)
+        for model in ("embed", "tiny"):
+            answered = dict(re.findall(r"(node-\d+) (\d+)", seen[model]))
+            assert "node-3" in answered and set(answered) - {"node-3"}, (model, seen[model])
+        assert "drain  embed-1" in printed[drain] and "drain  tiny-1" in printed[drain]
     finally:
         for node in nodes:
             subprocess.run(fleet.ssh_command(node, CLEAN_UNITS), check=False, timeout=120)
+        # the shared fleet's inventory as the fixture made it: no router, nothing cordoned
+        subprocess.run(
+            ["scripts/testfleet", "up", str(len(fleet.nodes))], cwd=ROOT, env=environment,
+            capture_output=True, check=False, timeout=600,
+        )  # fmt: skip

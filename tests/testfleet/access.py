@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from tests.testfleet.router import GROUP, router_group_vars
 from tests.testfleet.specs import Dumper, node_spec_to_dict
 from tests.testfleet.state import Fleet, node_dir, write_text
 
@@ -44,9 +45,10 @@ class _InventoryDumper(Dumper):
     pass
 
 
-def write_access_files(fleet: Fleet) -> None:
+def write_access_files(fleet: Fleet, router: str | None = None) -> None:
     """known_hosts (in the state directory, and as .known_hosts in the inventory directory,
-    ctl's default) and the inventory: hosts.yml and group_vars/all.yml."""
+    ctl's default) and the inventory: hosts.yml and group_vars/all.yml; with a `router`,
+    the group `routers` and group_vars/routers.yml (tests/testfleet/router.py)."""
     state = fleet.state_dir
     known = "".join(f"{node.address} {host_public_key(state, node.name)}\n" for node in fleet.nodes)
     write_text(fleet.known_hosts, known)
@@ -72,6 +74,8 @@ def write_access_files(fleet: Fleet) -> None:
         )
         if members
     }
+    if router is not None:
+        children[GROUP] = {"hosts": {router: None}}
     header = (
         "# The local test fleet (scripts/testfleet): systemd-nspawn nodes on 127.0.1.N.\n"
         "# Written by `testfleet up`, rewritten each time: edit the specs, not this file.\n"
@@ -100,3 +104,12 @@ def write_access_files(fleet: Fleet) -> None:
             width=200,
         ),
     )
+    routers_vars = fleet.inventory_dir / "group_vars" / f"{GROUP}.yml"
+    settings = router_group_vars() if router is not None else {}
+    if settings:
+        write_text(
+            routers_vars,
+            header + yaml.dump(settings, Dumper=_InventoryDumper, sort_keys=False, width=200),
+        )
+    else:
+        routers_vars.unlink(missing_ok=True)

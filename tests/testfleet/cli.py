@@ -13,6 +13,7 @@ from tests.testfleet.defaults import default_spec
 from tests.testfleet.engines import install_engines
 from tests.testfleet.fleet import clean, down, fleet_or_error, start, status, stop, up
 from tests.testfleet.nspawn import check_host
+from tests.testfleet.router import prepare_router, requests_during
 from tests.testfleet.specs import (
     MAX_NODES,
     FleetError,
@@ -53,6 +54,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="leave out the stand-in engines (tests/fakes/engine.py) up installs on each node",
     )
+    up_parser.add_argument(
+        "--router",
+        metavar="NODE",
+        help="put NODE in the inventory group `routers`: ctl reconcile installs the router there",
+    )
     commands.add_parser("status", help="one line per node")
     commands.add_parser("down", help="power every node off")
     for name, text in (("stop", "power one node off"), ("start", "boot one node")):
@@ -64,6 +70,10 @@ def _parser() -> argparse.ArgumentParser:
     ssh_parser = commands.add_parser("ssh", help="ssh to a node as root")
     ssh_parser.add_argument("node", metavar="NODE")
     ssh_parser.add_argument("remote", nargs=argparse.REMAINDER, metavar="COMMAND")
+    requests_parser = commands.add_parser(
+        "requests", help="ask the router for MODELs while COMMAND runs; count what failed"
+    )
+    requests_parser.add_argument("words", nargs=argparse.REMAINDER, metavar="MODEL... -- COMMAND")
     clean_parser = commands.add_parser("clean", help="forget nodes, keys and inventory")
     clean_parser.add_argument("--all", action="store_true", help="the cached rootfs too")
     return parser
@@ -81,10 +91,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 state=state,
                 timeout=arguments.timeout,
                 mirror=arguments.mirror,
+                router=arguments.router,
             )
             if not arguments.no_engines:
                 names = [node.name for node in result.fleet.nodes]
                 install_engines(result.fleet, names, print_say)
+            if arguments.router:
+                prepare_router(result.fleet, arguments.router)
             print(f"inventory: {result.fleet.inventory}")
             print(f"key:       {result.fleet.client_key}")
             return _print_status(state, sys.stdout)
@@ -113,6 +126,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if arguments.command == "ssh":
             command = fleet_or_error(state).ssh_command(arguments.node, *arguments.remote)
             os.execvp(command[0], command)
+        if arguments.command == "requests":
+            words: list[str] = arguments.words
+            split = words.index("--") if "--" in words else len(words)
+            models, command = words[:split], words[split + 1 :]
+            if not models or not command:
+                raise SpecError("usage: testfleet requests MODEL... -- COMMAND...")
+            return requests_during(fleet_or_error(state), models, command)
         if arguments.command == "clean":
             clean(everything=arguments.all, state=state)
             return 0

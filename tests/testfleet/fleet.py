@@ -88,6 +88,7 @@ def up(
     state: Path | None = None,
     timeout: float | None = None,
     mirror: str | None = None,
+    router: str | None = None,
     say: Say = print_say,
 ) -> UpResult:
     """Make node-1..node-COUNT run with their specs; returns the fleet.
@@ -95,6 +96,8 @@ def up(
     A node keeps its spec from the last `up` unless `specs` names it; a node new to the
     fleet gets its default spec. Nodes that are up with an unchanged configuration stay up;
     a running node whose configuration changed is restarted; nodes beyond COUNT are stopped.
+    With a `router`, the inventory puts that node in the group `routers`; without, in none
+    (the inventory is written anew each time).
     """
     if not 1 <= count <= MAX_NODES:
         raise FleetError(f"a fleet has 1 to {MAX_NODES} nodes, not {count}")
@@ -118,6 +121,8 @@ def up(
             for name in [node_name(index)]
         )
         fleet = Fleet(state, nodes)
+        if router is not None:
+            fleet.node(router)  # one of the fleet's, or a FleetError naming them
         rootfs = ensure_rootfs(state, say, mirror)
         ensure_key(fleet.client_key, "modelfleet-testfleet client")
         fleet.client_key.parent.chmod(0o700)
@@ -150,7 +155,7 @@ def up(
             to_start.append(node.name)
 
         save_fleet(fleet)
-        write_access_files(fleet)
+        write_access_files(fleet, router)
         if to_start:
             for name in to_start:
                 preflight(state, name)

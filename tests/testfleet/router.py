@@ -1,0 +1,175 @@
+"""A router for the fleet, and a client that asks it for models while a command runs.
+
+`up N --router NODE` puts NODE in the inventory group `routers`, so that `ctl reconcile`
+installs the LiteLLM proxy there (playbooks/deploy_router.yml) and points it at the
+replicas that serve (docs/routing.md). `requests MODEL... -- COMMAND...` then shows what a
+client sees while COMMAND (say, `ctl drain node-3`) runs: chat completions through the
+router, one after another, each on a new connection, with every failure counted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, Protocol
+
+import yaml
+
+from tests.testfleet.specs import FleetError
+from tests.testfleet.state import Fleet
+
+GROUP: Final = "routers"
+PORT: Final = 4000  # deploy_router.yml's modelfleet_router_port default
+ROUTER_ETC: Final = "/etc/modelfleet/router"
+PIP_CA: Final = f"{ROUTER_ETC}/pip-ca.pem"
+
+
+def router_group_vars(environ: Mapping[str, str] | None = None) -> dict[str, object]:
+    """group_vars/routers.yml. The router installs LiteLLM with pip from PyPI; the nodes
+    reach it through this machine, so when pip here trusts a CA of its own (PIP_CERT: a
+    TLS-inspecting proxy on the way), the router's pip must trust it too."""
+    environ = os.environ if environ is None else environ
+    ca = environ.get("PIP_CERT")
+    if ca and Path(ca).is_file():
+        return {"modelfleet_router_pip_args": f"--cert {PIP_CA}"}
+    return {}
+
+
+class Reachable(Protocol):
+    def ssh_command(self, node: str, *command: str) -> list[str]: ...
+
+
+def prepare_router(fleet: Reachable, node: str, environ: Mapping[str, str] | None = None) -> None:
+    """PIP_CERT's CA where router_group_vars told the router's pip to find it."""
+    environ = os.environ if environ is None else environ
+    if not router_group_vars(environ):
+        return
+    script = f"mkdir -p {ROUTER_ETC} && cat > {PIP_CA}"
+    done = subprocess.run(
+        fleet.ssh_command(node, f"sh -c {shlex.quote(script)}"),
+        input=Path(environ["PIP_CERT"]).read_bytes(), capture_output=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        why = done.stderr.decode(errors="replace").strip()
+        raise FleetError(f"{node}: copying pip's CA to the router failed: {why}")
+
+
+def fleet_router(fleet: Fleet) -> str:
+    """The router `up --router` put in the inventory."""
+    data = yaml.safe_load(fleet.inventory.read_text()) or {}
+    group = ((data.get("all") or {}).get("children") or {}).get(GROUP) or {}
+    routers = list(group.get("hosts") or {})
+    if not routers:
+        raise FleetError(f"{fleet.inventory} has no router: run `testfleet up N --router NODE`")
+    return str(routers[0])
+
+
+def master_key(fleet: Fleet, node: str) -> str:
+    """The key clients send, from the router itself (deploy_router.yml made it there)."""
+    done = subprocess.run(
+        fleet.ssh_command(node, "cat", f"{ROUTER_ETC}/router.env"),
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    found = re.search(r"^LITELLM_MASTER_KEY=(\S+)$", done.stdout, flags=re.MULTILINE)
+    if done.returncode != 0 or found is None:
+        raise FleetError(
+            f"{node} has no router's key yet: run `ctl reconcile` with the fleet's inventory"
+        )
+    return found.group(1)
+
+
+@dataclass
+class Tally:
+    """What one model's requests came to."""
+
+    sent: int = 0
+    failures: list[str] = field(default_factory=list)
+    answered_from: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Client:
+    """Asks the router for each model in turn until stopped."""
+
+    url: str
+    key: str
+    models: Sequence[str]
+    tallies: dict[str, Tally] = field(default_factory=dict)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def ask(self, model: str) -> str:
+        body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hello"}]})
+        request = urllib.request.Request(
+            f"{self.url}/v1/chat/completions", data=body.encode(),
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.key}"},
+        )  # fmt: skip
+        with urllib.request.urlopen(request, timeout=60) as response:
+            answer = json.loads(response.read())
+        return str(answer["choices"][0]["message"]["content"])
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for model in self.models:
+                tally = self.tallies.setdefault(model, Tally())
+                tally.sent += 1
+                try:
+                    text = self.ask(model)
+                except (OSError, urllib.error.URLError, ValueError, KeyError) as error:
+                    tally.failures.append(str(error))
+                else:
+                    # the stand-in engine's answer says where it ran (docs/standin-engine.md)
+                    where = re.search(r" answered from (\S+) ", text)
+                    node = where.group(1) if where else "elsewhere"
+                    tally.answered_from[node] = tally.answered_from.get(node, 0) + 1
+                time.sleep(0.05)
+
+
+def requests_during(fleet: Fleet, models: Sequence[str], command: Sequence[str]) -> int:
+    """Run `command` while a client asks the router for `models`; print what it saw.
+    The command's exit code when it failed; else 1 if a request failed, else 0."""
+    router = fleet_router(fleet)
+    url = f"http://{fleet.node(router).address}:{PORT}"
+    client = Client(url, master_key(fleet, router), models)
+    for model in models:  # each answers before the command starts, or there is nothing to see
+        try:
+            client.ask(model)
+        except (OSError, urllib.error.URLError, ValueError, KeyError) as error:
+            why = f"{model} does not answer through {router}'s router: {error}"
+            raise FleetError(why) from None
+    loop = threading.Thread(target=client.run, daemon=True)
+    started = time.monotonic()
+    loop.start()
+    try:
+        done = subprocess.run(list(command), check=False)
+    except OSError as error:
+        raise FleetError(f"cannot run {command[0]}: {error.strerror}") from None
+    finally:
+        client.stop.set()
+        loop.join(timeout=90)
+    seconds = time.monotonic() - started
+    print(f"requests through {router}'s router while the command ran ({seconds:.0f} s):")
+    failed = 0
+    for model in models:
+        tally = client.tallies.get(model, Tally())
+        failed += len(tally.failures)
+        where = ", ".join(f"{node} {count}" for node, count in sorted(tally.answered_from.items()))
+        print(
+            f"  {model}: {tally.sent} sent, {len(tally.failures)} failed"
+            + (f"; answered from {where}" if where else "")
+        )
+        for failure in tally.failures[:3]:
+            print(f"    {failure}")
+    if done.returncode != 0:
+        return done.returncode
+    return 1 if failed else 0
