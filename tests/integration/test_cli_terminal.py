@@ -6,20 +6,17 @@ from __future__ import annotations
 import itertools
 import os
 import re
-import shlex
-import shutil
 import subprocess
 import sys
 import threading
-import time
 import tomllib
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from tests.ctl import ROOT, ctl, ctl_environment
+from tests.terminal import on_a_terminal
 
 COMMANDS = [
     [],
@@ -132,46 +129,6 @@ def words_of(lines: list[str]) -> set[str]:
     return {word.rstrip(",") for line in lines for word in line.split()}
 
 
-def on_a_terminal(args: list[str], columns: int, tmp_path: Path) -> list[str]:
-    """What a person sees: `ctl ARGS` in a tmux window `columns` wide, the pane captured."""
-    tmux = shutil.which("tmux")
-    if tmux is None:
-        pytest.skip("tmux is not installed (apt-get install tmux; .ci/run installs it)")
-    # A server of its own each time: a socket name used twice can reach a server still
-    # shutting down, whose pane is another test's.
-    socket = f"modelfleet-test-{uuid.uuid4().hex}"
-    done = tmp_path / "done"
-    command = " ".join(
-        [
-            f"cd {shlex.quote(str(ROOT))} &&",
-            # pytest-xdist's workers carry COLUMNS=80 and LINES=24: the window's size must
-            # be the terminal's, as a person's shell has it.
-            f"env -u NO_COLOR -u COLUMNS -u LINES TERM=xterm PYTHONPATH={shlex.quote(str(ROOT))}",
-            shlex.quote(sys.executable),
-            "-m cli",
-            *map(shlex.quote, args),
-            f"; touch {shlex.quote(str(done))}; sleep 60",
-        ]
-    )
-    tmux_args = [tmux, "-L", socket, "-f", "/dev/null"]
-    subprocess.run(
-        [*tmux_args, "new-session", "-d", "-s", "ctl", "-x", str(columns), "-y", "60", command],
-        check=True, timeout=30, env={**os.environ, "TERM": "xterm"},
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while not done.exists():
-            assert time.monotonic() < deadline, "ctl did not finish in the tmux window"
-            time.sleep(0.1)
-        captured = subprocess.run(
-            [*tmux_args, "capture-pane", "-p", "-t", "ctl"],
-            capture_output=True, text=True, check=True, timeout=30,
-        ).stdout  # fmt: skip
-    finally:
-        subprocess.run([*tmux_args, "kill-server"], check=False, timeout=30)
-    return [line.rstrip() for line in captured.splitlines() if line.strip()]
-
-
 def assert_no_word_broken(lines: list[str]) -> None:
     """A label is whole, or visibly cut: never `role=inferen` with `ce` on the next line."""
     for word in words_of(lines):
@@ -187,7 +144,7 @@ def table_lines(lines: list[str]) -> list[str]:
 
 @pytest.mark.parametrize("columns", [80, 160])
 def test_nodes_on_a_terminal_fits_and_breaks_no_word(columns: int, tmp_path: Path) -> None:
-    lines = table_lines(on_a_terminal(["nodes", *EXAMPLE_FLEET], columns, tmp_path))
+    lines = table_lines(on_a_terminal(["nodes", *EXAMPLE_FLEET], columns, tmp_path).lines)
     assert max(len(line) for line in lines) <= columns
     assert len(lines) == 13  # the header and one line a node: nothing folded onto a second
     assert_no_word_broken(lines)
@@ -217,7 +174,7 @@ def test_piped_output_without_columns_is_100_wide_as_the_docs_show() -> None:
 
 @pytest.mark.parametrize("columns", [80, 160])
 def test_help_on_a_terminal_is_what_piped_help_is(columns: int, tmp_path: Path) -> None:
-    seen = on_a_terminal(["reconcile", "--help"], columns, tmp_path)
+    seen = on_a_terminal(["reconcile", "--help"], columns, tmp_path).lines
     piped = ctl("reconcile", "--help", env={"COLUMNS": str(columns)}).stdout
     assert seen == [line.rstrip() for line in piped.splitlines() if line.strip()]
 

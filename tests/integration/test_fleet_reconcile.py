@@ -27,6 +27,7 @@ from cli.ops.fleet import gather_fleet
 from tests.ctl import ctl
 from tests.fakes.standin_install import INSTALL_FLAG_DATA, flag_data_tar
 from tests.integration.conftest import LiveFleet
+from tests.terminal import on_a_terminal
 
 pytestmark = pytest.mark.fleet
 
@@ -86,11 +87,18 @@ class Ctl:
         self.catalog = tmp_path / "catalog.yaml"
         self.catalog.write_text(CATALOG.read_text() if catalog is None else catalog)
 
-    def __call__(self, *args: str, lost_after: str = "1h") -> subprocess.CompletedProcess[str]:
+    def arguments(self, *args: str, lost_after: str = "1h") -> list[str]:
         settings = ["--timeout", "3", "--lost-after", lost_after]
         inputs = ["--catalog", str(self.catalog), "--inventory", str(self.inventory)]
-        environment = {"XDG_STATE_HOME": str(self.state), "COLUMNS": "120"}
-        return ctl(*settings, *args, *inputs, env=environment, timeout=600)
+        return [*settings, *args, *inputs]
+
+    @property
+    def environment(self) -> dict[str, str]:
+        return {"XDG_STATE_HOME": str(self.state), "COLUMNS": "120"}
+
+    def __call__(self, *args: str, lost_after: str = "1h") -> subprocess.CompletedProcess[str]:
+        arguments = self.arguments(*args, lost_after=lost_after)
+        return ctl(*arguments, env=self.environment, timeout=600)
 
     def shards(self) -> dict[str, list[tuple[str, ShardRecord]]]:
         """replica → its (node, record), from live facts."""
@@ -210,6 +218,15 @@ def test_reconcile_runs_the_catalog_and_recovers_without_an_operator(
     refused = ctl("reconcile")
     assert refused.returncode == 1, refused.stdout + refused.stderr
     assert re.search(r"this pass stops \d+ of \d+ running replicas", refused.stderr)
+    assert ctl.shards() == before
+    # ...asks on a terminal, where "n" changes nothing either...
+    question = "running replicas, with nothing in their place. Go on? [y/N]:"
+    screen = on_a_terminal(
+        ctl.arguments("reconcile"), 120, tmp_path, env=ctl.environment, reply=(question, "n")
+    )
+    assert screen.returncode == 1, screen.lines
+    asked = [line for line in screen.lines if question in line]
+    assert len(asked) == 1 and asked[0].endswith(" n"), screen.lines
     assert ctl.shards() == before
     # ...and --yes carries it out: nothing of ours is left running.
     result = ctl("reconcile", "--yes")
