@@ -8,6 +8,7 @@ session itself (pinned keys, timeouts, bounded output) is cli.edges.ssh's, as on
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -33,6 +34,7 @@ class Target:
     port: int = 22
     user: str | None = None
     key_file: str | None = None
+    model_store: str | None = None  # modelfleet_model_store; None: the probe's default
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,13 @@ class Attempt:
 def probe_script() -> str:
     """The probe's text, sent to each node on stdin: nothing is installed there."""
     return resources.files("cli.facts").joinpath("probe.sh").read_text(encoding="utf-8")
+
+
+def probe_command(target: Target) -> str:
+    """`sh -s`, the script on stdin; the model store its argument (probe.sh reads $1)."""
+    if target.model_store is None:
+        return "sh -s"
+    return f"sh -s -- {shlex.quote(target.model_store)}"
 
 
 def gather(
@@ -100,7 +109,7 @@ def _probe_one(
         )
         try:
             output = ssh.execute(
-                client, "sh -s", script, command_timeout, limit=ssh.MAX_OUTPUT
+                client, probe_command(target), script, command_timeout, limit=ssh.MAX_OUTPUT
             ).stdout
         finally:
             client.close()

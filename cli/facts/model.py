@@ -6,6 +6,8 @@ probe could not read its memory is not a node without memory.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from datetime import datetime
 from typing import Final, Literal
 
@@ -109,6 +111,51 @@ class ShardRecord(Strict):
         return self.state == "running"
 
 
+# The store's layout, which the staging step writes and the probe reads (docs/facts.md):
+# each source's files in STORE/store_directory(source)/, and, once a download is verified,
+# the marker file COMPLETE_MARKER there holding a `StoredWeights` as JSON.
+DEFAULT_MODEL_STORE: Final = "/var/lib/modelfleet/models"
+COMPLETE_MARKER: Final = ".modelfleet-complete"
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def store_directory(source: str) -> str:
+    """The directory a source's weights live in under the store: readable, and unique by
+    a digest of the whole source (`hf://a/b-c` and `hf://a-b/c` read alike)."""
+    readable = _UNSAFE.sub("-", source).strip("-.")[:100]
+    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
+    return f"{readable}-{digest}"
+
+
+class StoredWeights(Strict):
+    """A source stored complete in the model store: its marker file's content."""
+
+    source: str  # as the catalog writes it, e.g. hf://Qwen/Qwen2.5-Coder-14B-Instruct
+    bytes: int = Field(ge=0)  # what the verified download holds on disk
+    completed: datetime | None = None  # when the download was verified
+
+
+class ModelStore(Strict):
+    """The directory model weights are staged in (`modelfleet_model_store`), and its
+    filesystem as statfs reports it."""
+
+    path: str
+    # False: the directory does not exist yet (the staging step makes it); the figures
+    # are then those of the filesystem of `measured`, its nearest existing parent.
+    present: bool
+    measured: str
+    total_bytes: int = Field(ge=0)
+    free_bytes: int = Field(ge=0)  # what an unprivileged writer may still use (f_bavail)
+    weights: tuple[StoredWeights, ...] = ()  # sources stored complete, in directory order
+
+    def holds(self, source: str) -> bool:
+        return any(w.source == source for w in self.weights)
+
+    @property
+    def stored_bytes(self) -> int:
+        return sum(w.bytes for w in self.weights)
+
+
 class NodeFacts(Strict):
     """Everything the probe learned about one node at `gathered_at`.
 
@@ -131,6 +178,8 @@ class NodeFacts(Strict):
     shards: tuple[ShardRecord, ...] = ()
     # TCP ports something listens on; None: not reported. Ours are among them.
     listening_ports: tuple[int, ...] | None = None
+    # None: not reported (a probe from before the store, or statfs failed).
+    model_store: ModelStore | None = None
     notes: tuple[str, ...] = ()  # what the probe could not read, said plainly
     # The node's inventory variables when the snapshot was saved. Read only for a node the
     # inventory does not have, so a copied file brings its labels and fabrics along.

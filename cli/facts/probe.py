@@ -12,7 +12,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
-from cli.facts.model import Gpu, GpuProcess, HcaPort, Memory, NodeFacts, ShardRecord, ShardState
+from cli.facts.model import (
+    Gpu,
+    GpuProcess,
+    HcaPort,
+    Memory,
+    ModelStore,
+    NodeFacts,
+    ShardRecord,
+    ShardState,
+)
 from cli.facts.parse import (
     FactsParseError,
     apply_cgroup_limit,
@@ -21,6 +30,7 @@ from cli.facts.parse import (
     parse_listening_ports,
     parse_meminfo,
     parse_mig_modes,
+    parse_model_store,
     parse_query_gpu,
     parse_shard_records,
     parse_topology,
@@ -105,6 +115,7 @@ def facts_from_probe(output: str, gathered_at: datetime) -> NodeFacts:
             listening = parse_listening_ports(tcp.text)
         except FactsParseError as error:
             notes.append(str(error))
+    model_store = _model_store(sections.get("model-store"), notes)
     shards_section = sections.get("shards")
     if shards_section is None or shards_section.status != 0:
         raise ProbeOutputError("the probe did not finish reading the shard records")
@@ -123,6 +134,7 @@ def facts_from_probe(output: str, gathered_at: datetime) -> NodeFacts:
         hcas=hcas,
         shards=shards,
         listening_ports=listening,
+        model_store=model_store,
         notes=tuple(notes),
     )
 
@@ -197,6 +209,25 @@ def _memory(sections: dict[str, Section], notes: list[str]) -> Memory | None:
         except FactsParseError as error:
             notes.append(str(error))
     return memory
+
+
+def _model_store(section: Section | None, notes: list[str]) -> ModelStore | None:
+    """The model store, or None (not reported) with a note saying why."""
+    if section is None:
+        return None  # a probe from before the store: nothing to say but "unknown"
+    if section.status != 0:
+        said = [line for line in section.text.splitlines() if line.strip()]
+        cause = _said(said[-1]) if said else "no output"
+        how = "was cut off" if section.status is None else f"failed (exit {section.status})"
+        notes.append(f"model store: stat -f {how}: {cause}")
+        return None
+    try:
+        store, line_notes = parse_model_store(section.text)
+    except FactsParseError as error:
+        notes.append(str(error))
+        return None
+    notes.extend(line_notes)
+    return store
 
 
 GpuFacts = tuple[

@@ -5,6 +5,9 @@
 # nothing on the node. Each section ends with its command's exit status.
 PROBE_VERSION=1
 SHARD_DIR=${MODELFLEET_SHARD_DIR:-/var/lib/modelfleet/shards}
+# The model store: the inventory's modelfleet_model_store, passed by ctl as `sh -s -- DIR`
+# (cli/facts/gather.py), read now: the shards section below resets the arguments.
+MODEL_STORE=${1:-${MODELFLEET_MODEL_STORE:-/var/lib/modelfleet/models}}
 
 begin() { printf '@@modelfleet begin %s\n' "$1"; }
 end() { printf '\n@@modelfleet end %s %s\n' "$1" "$2"; }
@@ -91,6 +94,28 @@ fi
 begin listening
 cat /proc/net/tcp /proc/net/tcp6 2>/dev/null
 end listening $?
+
+# The model store (docs/facts.md): its path, whether it exists (if not, the nearest
+# existing parent is measured: that is where the staging step will write), the weights
+# stored there complete (one line a marker, bounded like a shard record), and last its
+# filesystem's size and free space from statfs, whose exit status ends the section.
+begin model-store
+measured=$MODEL_STORE
+if [ -d "$MODEL_STORE" ]; then
+  printf 'store\t%s\tpresent\n' "$MODEL_STORE"
+  for marker in "$MODEL_STORE"/*/.modelfleet-complete; do
+    [ -f "$marker" ] || continue
+    directory=${marker%/.modelfleet-complete}
+    printf 'complete\t%s\t' "${directory##*/}"
+    head -c 4096 "$marker" | tr -d '\n\t'
+    printf '\n'
+  done
+else
+  while [ ! -d "$measured" ]; do measured=$(dirname "$measured"); done
+  printf 'store\t%s\tabsent\t%s\n' "$MODEL_STORE" "$measured"
+fi
+stat -f --printf='filesystem\t%S\t%b\t%a\n' "$measured" 2>&1
+end model-store $?
 
 begin shards
 # One line a shard: its record, a tab, and its unit's state (systemctl is-active), which

@@ -129,6 +129,12 @@ class HostVars(Strict):
         Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:-]{0,14}$")] | None
     ) = None
     fabric_address: IPvAnyAddress | None = None
+    # The directory model weights are staged in (docs/facts.md, the model store); None:
+    # /var/lib/modelfleet/models. Prefixed as the playbooks' variables are, which read it
+    # too. An absolute path of plain characters: it reaches the node's shell.
+    modelfleet_model_store: (
+        Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9._+@:/-]{0,1023}$")] | None
+    ) = None
 
     @field_validator("fabrics")
     @classmethod

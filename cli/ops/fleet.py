@@ -67,7 +67,15 @@ def gather_fleet(
     now: datetime | None = None,
 ) -> Fleet:
     targets = [
-        Target(h.name, h.address, h.port, h.user, h.private_key_file) for h in inventory.hosts
+        Target(
+            h.name,
+            h.address,
+            h.port,
+            h.user,
+            h.private_key_file,
+            h.vars.modelfleet_model_store,
+        )
+        for h in inventory.hosts
     ]
     attempts = gather(
         targets,

@@ -9,7 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from cli.facts.model import Gpu, GpuProcess, HcaPort, Memory, NodeFacts, ShardRecord
+from cli.facts.model import (
+    Gpu,
+    GpuProcess,
+    HcaPort,
+    Memory,
+    ModelStore,
+    NodeFacts,
+    ShardRecord,
+    StoredWeights,
+)
 from cli.facts.parse import (
     GPU_QUERY_FIELDS,
     FactsParseError,
@@ -967,7 +976,7 @@ def test_a_malformed_tcp_row_is_rejected_with_its_line(text: str, expected: str)
 
 def test_every_node_facts_field_is_described_in_the_snapshot_docs() -> None:
     docs = DOCS.read_text()
-    models = (NodeFacts, Memory, Gpu, GpuProcess, HcaPort, ShardRecord)
+    models = (NodeFacts, Memory, Gpu, GpuProcess, HcaPort, ShardRecord, ModelStore, StoredWeights)
 
     missing = [
         f"{model.__name__}.{field}"
