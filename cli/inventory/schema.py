@@ -135,6 +135,14 @@ class HostVars(Strict):
     modelfleet_model_store: (
         Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9._+@:/-]{0,1023}$")] | None
     ) = None
+    # false: weights are not staged on this node before its shards start; each engine
+    # fetches its own, inside its readiness wait (docs/reconcile.md, weights before shards).
+    modelfleet_stage_weights: bool = True
+    # A hub mirror the staging step downloads hf:// sources from (HF_ENDPOINT); None: the
+    # hub itself. Read by playbooks/stage_weights.yml.
+    modelfleet_hf_endpoint: (
+        Annotated[str, StringConstraints(pattern=r"^https?://[^\s/]+(/[^\s]*)?$")] | None
+    ) = None
 
     @field_validator("fabrics")
     @classmethod

@@ -127,6 +127,18 @@ def rank_networks(inventory: Inventory) -> dict[str, tuple[str | None, str | Non
     }
 
 
+def model_stores(inventory: Inventory) -> dict[str, str | None]:
+    """Per node whose inventory says: its model store (`modelfleet_model_store`), or None
+    where weights are not staged (`modelfleet_stage_weights: false`)."""
+    return {
+        host.name: None
+        if not host.vars.modelfleet_stage_weights
+        else host.vars.modelfleet_model_store
+        for host in inventory.hosts
+        if host.vars.modelfleet_model_store is not None or not host.vars.modelfleet_stage_weights
+    }
+
+
 def serving_addresses(inventory: Inventory) -> tuple[dict[str, str], dict[str, str]]:
     """Per node: the address its shards are reached at, and, where the inventory sets
     one, the address they listen on (otherwise every address)."""

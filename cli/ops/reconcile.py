@@ -15,7 +15,7 @@ from pathlib import Path
 
 from cli.catalog.load import Catalog
 from cli.ops.context import AppContext
-from cli.ops.fleet import Fleet, rank_networks, serving_addresses
+from cli.ops.fleet import Fleet, model_stores, rank_networks, serving_addresses
 from cli.reconcile.apply import Outcome, apply
 from cli.reconcile.ledger import ledger_path, load_ledger, save_ledger
 from cli.reconcile.planner import DRAINING, Plan, cordoned, plan
@@ -59,7 +59,7 @@ def plan_pass(
     snapshot = cordoned(fleet.snapshot, dict.fromkeys(evict, cordon))
     return plan(
         catalog, snapshot, ledger, addresses, None, evict, listen=listen, force=force,
-        networks=networks,
+        networks=networks, stores=model_stores(fleet.inventory),
     )  # fmt: skip
 
 
@@ -115,6 +115,9 @@ def outcome_lines(outcome: Outcome) -> list[str]:
     every failed shard's journal lines as its node sent them, each left as it was."""
     lines = [f"started {replica}" for replica in outcome.started]
     for replica, why in outcome.failed.items():
+        if replica in outcome.stage_failed:  # nothing of it ran: there was nothing to stop
+            lines.append(f"NOT STARTED {replica}: {printable(why)}")
+            continue
         lines.append(f"FAILED {replica}: {printable(why)} — stopped whole")
         for shard in outcome.failed_shards:
             journal = shard.failure.journal

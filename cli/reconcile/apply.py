@@ -1,6 +1,9 @@
 """Apply a Plan through an Executor, phase by phase, so every replica ends whole or stopped.
 
 1. stop broken replicas (failed, lost, unwanted-and-broken): their GPUs are reused below;
+   then stage the new replicas' weights in their nodes' model stores (cli/shards/
+   staging.py): a replica whose weights could not be staged on every one of its nodes is
+   not started (a staging failure, backed off as a start failure is);
 2. start every new replica's workers (rank > 0): ranks rendezvous, and rank 0 waits for
    them (SGLang at --dist-init-addr, vLLM for its --headless ranks);
 3. start every rank 0 and wait for it to serve, then check that its workers' units are
@@ -29,6 +32,7 @@ from typing import Protocol
 from cli.facts.model import ShardRecord
 from cli.reconcile.backoff import Backoff, after_failure, failure_key
 from cli.reconcile.planner import Plan, RunningShard, Start, Stop
+from cli.shards.staging import StageJob
 from cli.shards.units import ShardFiles, unit_name
 
 
@@ -53,6 +57,11 @@ class Executor(Protocol):
 
     def stop(self, stops: Sequence[Stop]) -> dict[tuple[str, str], str]:
         """Stop these replicas' shards (draining where asked) and remove their files."""
+        ...
+
+    def stage(self, jobs: Sequence[StageJob]) -> dict[tuple[str, str], str]:
+        """Put these weights in their nodes' stores (one job per node and source); why
+        each that failed did, by (node, source)."""
         ...
 
 
@@ -81,6 +90,7 @@ class FailedShard:
 class Outcome:
     started: list[str] = field(default_factory=list)  # verified: every rank up, rank 0 serves
     failed: dict[str, str] = field(default_factory=dict)  # replica → why it did not start
+    stage_failed: list[str] = field(default_factory=list)  # of those, the ones never started
     failed_shards: list[FailedShard] = field(default_factory=list)  # each, with its journal
     stopped: list[str] = field(default_factory=list)
     stop_failures: dict[str, str] = field(default_factory=dict)
@@ -106,7 +116,7 @@ def apply(
     if plan.stops:
         _route(router, [], plan.stops, outcome, report)
         _stop(plan.stops, executor, outcome, report, "stop broken replicas")
-    pending = list(plan.starts)
+    pending = _stage(plan.starts, executor, outcome, report)
     try:
         workers = [w for start in pending for w in start.workers]
         if workers:
@@ -153,12 +163,42 @@ def apply(
     if broken:
         _stop([_whole(s, outcome.failed[s.replica]) for s in broken], executor, outcome,
               report, "stop replicas that did not start")  # fmt: skip
-        for start in broken:
+    for start in plan.starts:
+        if start.replica in outcome.failed:
             before = outcome.ledger.get(start.model, Backoff())
             started = ShardRecord.model_validate_json(start.leader.record_text).started
             key = failure_key(start.replica, started)
             outcome.ledger[start.model] = after_failure(before, key, now, rng)
     return outcome
+
+
+def _stage(
+    starts: Sequence[Start], executor: Executor, outcome: Outcome, report: Callable[[str], None]
+) -> list[Start]:
+    """Stage the weights every start needs, once per node and source; the starts whose
+    weights are all in place (the others are failed, said as staging failures)."""
+    jobs: dict[tuple[str, str], StageJob] = {}
+    for start in starts:
+        for job in start.stage:
+            jobs.setdefault((job.node, job.source), job)
+    if not jobs:
+        return list(starts)
+    report(f"staging weights: {', '.join(f'{s} on {n}' for n, s in jobs)}")
+    outcome.phases.append("stage weights")
+    failures = executor.stage(list(jobs.values()))
+    going = []
+    for start in starts:
+        why = [
+            f"staging {job.source} on {job.node} failed: {failures[job.node, job.source]}"
+            for job in start.stage
+            if (job.node, job.source) in failures
+        ]
+        if why:
+            outcome.failed[start.replica] = "; ".join(why)
+            outcome.stage_failed.append(start.replica)
+        else:
+            going.append(start)
+    return going
 
 
 def _route(

@@ -37,11 +37,12 @@ from cli.cluster.snapshot import (
     release,
     with_shards,
 )
-from cli.facts.model import ShardRecord
+from cli.facts.model import DEFAULT_MODEL_STORE, ShardRecord, store_directory
 from cli.placement.place import PlacementRun, ReplicaPlacement, new_replica_id, place, place_replica
 from cli.placement.state import PlacementState, ShardPlacement
 from cli.reconcile.backoff import Backoff, after_failure, failure_key
 from cli.shards.engines import RENDEZVOUS_OFFSET, Rank
+from cli.shards.staging import StageJob, staged_path, stages
 from cli.shards.units import ShardFiles, shard_files
 
 FIRST_PORT = 8000
@@ -106,6 +107,7 @@ class Start:
     placement: ReplicaPlacement
     files: tuple[ShardFiles, ...]  # rank order
     reason: str
+    stage: tuple[StageJob, ...] = ()  # weights to put in each node's store first
 
     @property
     def workers(self) -> tuple[ShardFiles, ...]:
@@ -212,11 +214,14 @@ def plan(
     listen: Mapping[str, str] | None = None,
     force: bool = False,
     networks: Mapping[str, tuple[str | None, str | None]] | None = None,
+    stores: Mapping[str, str | None] | None = None,
 ) -> Plan:
     """The changes that bring the fleet to the catalog, as of `snapshot.now`.
 
     `addresses` maps node → the address other ranks and health checks use; `listen`, the
-    address its shards serve on where that is not every address. `evict` names nodes
+    address its shards serve on where that is not every address; `stores`, its model store
+    where that is not the default (weights are staged there first), None where weights are
+    not staged. `evict` names nodes
     being drained: placed as cordoned, their replicas are replaced elsewhere, then
     drained; one whose replacement cannot be placed is left running unless `force`.
     """
@@ -298,7 +303,7 @@ def plan(
                 reason += "; " + "; ".join(notes[name])
             starts.append(
                 _start(placement, placement.profile, addresses, ports, now, reason,
-                       listen=listen, networks=networks)
+                       listen=listen, networks=networks, stores=stores)
             )  # fmt: skip
     moved, kept = _evictions(catalog, moving, counted, starts, evict, force)
     drains += moved
@@ -433,6 +438,7 @@ def plan_manual(
     addresses: Mapping[str, str],
     listen: Mapping[str, str] | None = None,
     networks: Mapping[str, tuple[str | None, str | None]] | None = None,
+    stores: Mapping[str, str | None] | None = None,
 ) -> Plan:
     """One more replica of each of `models`, started by an operator (`ctl place`): kept by
     reconcile while its model stays within replicas.max."""
@@ -450,6 +456,7 @@ def plan_manual(
             "manual",
             listen or {},
             networks,
+            stores,
         )
         for p in run.placements
         if p.profile is not None
@@ -468,6 +475,7 @@ def _start(
     origin: str = "reconcile",
     listen: Mapping[str, str] | None = None,
     networks: Mapping[str, tuple[str | None, str | None]] | None = None,
+    stores: Mapping[str, str | None] | None = None,
 ) -> Start:
     shards: tuple[ShardPlacement, ...] = placement.shards
     port = ports.take([s.node for s in shards])
@@ -496,10 +504,30 @@ def _start(
             ),
             now,
             origin,
+            staged=staged_path(profile.source, profile.spec.engine, *_store(stores, s.node)),
         )
         for s in shards
     )
-    return Start(placement.replica, placement.model, profile, placement, files, reason)
+    stage = tuple(
+        StageJob(
+            s.node,
+            placement.replica,
+            profile.source,
+            _store(stores, s.node)[0] or DEFAULT_MODEL_STORE,
+            store_directory(profile.source),
+            None,
+        )
+        for s in shards
+        if _store(stores, s.node)[1] and stages(profile.source, profile.spec.engine)
+    )
+    return Start(placement.replica, placement.model, profile, placement, files, reason, stage)
+
+
+def _store(stores: Mapping[str, str | None] | None, node: str) -> tuple[str | None, bool]:
+    """A node's model store (None: the default) and whether weights are staged there."""
+    if stores is None or node not in stores:
+        return None, True
+    return stores[node], stores[node] is not None
 
 
 def applied(plan_: Plan, snapshot: Snapshot) -> Snapshot:

@@ -91,6 +91,7 @@ def outcome_json(outcome: Outcome) -> dict[str, Any]:
             {
                 "replica": replica,
                 "why": why,
+                "stage": replica in outcome.stage_failed,  # its weights never arrived
                 "shards": [
                     {
                         "node": shard.node,

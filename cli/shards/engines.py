@@ -20,16 +20,23 @@ DEFAULT_COMMANDS: dict[str, tuple[str, ...]] = {
 
 
 def command_line(
-    profile: CatalogProfile, place: Rank, command: tuple[str, ...] | None = None
+    profile: CatalogProfile,
+    place: Rank,
+    command: tuple[str, ...] | None = None,
+    staged: str | None = None,
 ) -> list[str]:
+    """The engine's argv; `staged`: the local copy of the weights it loads instead of
+    fetching the source (cli/shards/staging.py)."""
     spec = engine_spec(profile.spec.engine)
     argv = list(command or spec.command)
-    argv += spec.build(profile.spec, profile.model, profile.source, place)
+    source = profile.source if staged is None else f"file://{staged}"
+    argv += spec.build(profile.spec, profile.model, source, place)
     return [*argv, *profile.spec.args]
 
 
-def environment(profile: CatalogProfile, place: Rank) -> dict[str, str]:
-    """The shard's environment: its GPUs pinned, its fabric's HCAs, the engine's own."""
+def environment(profile: CatalogProfile, place: Rank, staged: str | None = None) -> dict[str, str]:
+    """The shard's environment: its GPUs pinned, its fabric's HCAs, the engine's own, and
+    with staged weights what keeps the engine offline."""
     env: dict[str, str] = {}
     if profile.spec.uses_gpus:
         # nvidia-smi numbers GPUs in PCI order; CUDA's default order is "fastest first".
@@ -48,5 +55,7 @@ def environment(profile: CatalogProfile, place: Rank) -> dict[str, str]:
     spec = engine_spec(profile.spec.engine)
     if spec.environment is not None:
         env.update(spec.environment(profile.spec, place))
+    if staged is not None:
+        env.update(spec.offline_environment)
     env.update(profile.spec.env)
     return env

@@ -10,6 +10,7 @@ from typing import Any
 from cli.reconcile.apply import ShardFailure
 from cli.reconcile.planner import Stop
 from cli.shards.ansible import PlaybookRun, run_playbook
+from cli.shards.staging import StageJob
 from cli.shards.units import ENV_DIR, RECORD_DIR, UNIT_DIR, ShardFiles, shard_name, unit_name
 
 
@@ -69,6 +70,24 @@ class AnsibleExecutor:
             return {}
         run = self._run("stop_shards.yml", {"modelfleet_stops": by_host}, list(by_host))
         return _failures(run, units)
+
+    def stage(self, jobs: Sequence[StageJob]) -> dict[tuple[str, str], str]:
+        by_host: dict[str, list[dict[str, Any]]] = {}
+        for job in jobs:
+            by_host.setdefault(job.node, []).append(
+                {
+                    "source": job.source,
+                    "store": job.store,
+                    "directory": job.directory,
+                    "timeout": job.timeout_seconds,
+                    "token_env": None,
+                    "token_var": None,
+                }
+            )
+        if not by_host:
+            return {}
+        run = self._run("stage_weights.yml", {"modelfleet_stage": by_host}, list(by_host))
+        return _failures(run, {(job.node, job.source) for job in jobs})
 
     def _run(self, playbook: str, variables: dict[str, Any], hosts: list[str]) -> PlaybookRun:
         run = run_playbook(

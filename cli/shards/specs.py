@@ -96,6 +96,10 @@ class EngineSpec:
     needs_gpus: bool
     multi_node: bool
     sources: tuple[str, ...]  # the model sources it reads, as URL prefixes
+    # The sources ctl stages in the node's model store before starting it (cli/shards/
+    # staging.py), and the environment that keeps it from fetching anything itself then.
+    stages: tuple[str, ...]
+    offline_environment: Mapping[str, str]
     embedding_args: tuple[str, ...]  # what `embedding: true` adds
     litellm_provider: str
     health_path: str  # 200 once it serves
@@ -197,6 +201,9 @@ VLLM = EngineSpec(
     needs_gpus=True,
     multi_node=True,
     sources=("hf://", "file://", "s3://"),
+    stages=("hf://",),
+    # huggingface_hub's constants.py: no request to the hub, files from disk only.
+    offline_environment={"HF_HUB_OFFLINE": "1"},
     embedding_args=("--runner", "pooling"),
     litellm_provider="hosted_vllm",
     health_path="/health",
@@ -257,6 +264,8 @@ SGLANG = EngineSpec(
     needs_gpus=True,
     multi_node=True,
     sources=("hf://", "file://", "s3://"),
+    stages=("hf://",),
+    offline_environment={"HF_HUB_OFFLINE": "1"},
     embedding_args=("--is-embedding",),
     litellm_provider="openai",
     health_path="/health",
@@ -307,6 +316,9 @@ LLAMA_CPP = EngineSpec(
     needs_gpus=False,
     multi_node=False,
     sources=("hf://", "file://", "https://", "http://"),
+    # One file by URL; its hf:// repositories hold a file per quantisation: -hf picks one.
+    stages=("https://", "http://"),
+    offline_environment={},  # `-m PATH` reads the file and nothing else
     embedding_args=("--embeddings",),
     embedding_aliases=(("--embedding",),),
     litellm_provider="openai",

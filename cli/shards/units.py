@@ -87,6 +87,7 @@ def shard_files(
     started: datetime,
     origin: str = "reconcile",
     command: tuple[str, ...] | None = None,
+    staged: str | None = None,
 ) -> ShardFiles:
     if place.host_ip is None:
         # The rank's own address for the engine (VLLM_HOST_IP): where it serves.
@@ -94,7 +95,7 @@ def shard_files(
         place = replace(place, host_ip=place.listen if specific else address)
     name = shard_name(replica, place.rank)
     unit = unit_name(replica, place.rank)
-    argv = command_line(profile, place, command)
+    argv = command_line(profile, place, command, staged)
     spec = profile.spec
     env_path = f"{ENV_DIR}/{name}.env"
     unit_text = "\n".join(
@@ -146,7 +147,7 @@ def shard_files(
         unit_path=f"{UNIT_DIR}/{unit}",
         unit_text=unit_text,
         env_path=env_path,
-        env_text=environment_file(environment(profile, place)),
+        env_text=environment_file(environment(profile, place, staged)),
         record_path=f"{RECORD_DIR}/{name}.json",
         record_text=json.dumps(record, sort_keys=True) + "\n",
         health_url=f"http://{address}:{place.port}" if place.rank == 0 else None,

@@ -11,19 +11,24 @@ fails to start (CUDA would refuse the memory), and so does one whose port or ren
 port is already bound there (the engine's bind fails: "address already in use"). A shard
 can be made to fail at start, or to die after its unit started (found when its replica's
 rank 0 is checked, as the playbook's checks find it), each with the journal lines its node
-would send. A stop can be made to fail, as a unit that will not stop does.
+would send. A stop can be made to fail, as a unit that will not stop does. Weights are
+staged per node and source, and a shard started on a staged path that was never staged
+there fails as its engine would; a staging can be made to fail.
 """
 
 from __future__ import annotations
 
+import posixpath
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from cli.cluster.snapshot import Snapshot, with_shards
-from cli.facts.model import ShardRecord
+from cli.facts.model import DEFAULT_MODEL_STORE, ShardRecord
 from cli.reconcile.apply import ShardFailure
 from cli.reconcile.planner import Start, Stop
 from cli.shards.engines import RENDEZVOUS_OFFSET
+from cli.shards.staging import StageJob
 from cli.shards.units import ShardFiles, unit_name
 
 
@@ -50,6 +55,9 @@ class FakeFleet:
     route_error: str | None = None  # set: every router update fails with this
     stopped_while_routed: list[str] = field(default_factory=list)
     routed_before_serving: list[str] = field(default_factory=list)
+    stored: set[str] = field(default_factory=set)  # staged directories: <store>/<directory>
+    fail_stage: dict[tuple[str, str], str] = field(default_factory=dict)  # (node, source) → why
+    staged: list[tuple[str, str]] = field(default_factory=list)  # (node, source) downloaded
 
     def start(
         self, shards: Sequence[ShardFiles], verify: Sequence[ShardFiles] = ()
@@ -66,7 +74,7 @@ class FakeFleet:
         for files in shards:
             key = (files.replica, files.rank)
             record = ShardRecord.model_validate_json(files.record_text)
-            clash = self._clash(files.node, record)
+            clash = self._clash(files.node, record) or self._unstaged(files)
             journal = self.journal.get(key, ())
             if clash is not None:
                 failures[(files.node, files.unit)] = ShardFailure(clash, journal)
@@ -107,6 +115,29 @@ class FakeFleet:
             ports = sorted(_ports(record) & _ports(other))
             if ports:
                 return f"port {ports[0]}: address already in use ({other.replica})"
+        return None
+
+    def stage(self, jobs: Sequence[StageJob]) -> dict[tuple[str, str], str]:
+        self.calls.append(("stage", tuple(f"{j.source}@{j.node}" for j in jobs)))
+        assert len({(j.node, j.source) for j in jobs}) == len(jobs), "one job per node, source"
+        failures = {}
+        for job in jobs:
+            where = posixpath.join(job.store, job.directory)
+            if (job.node, job.source) in self.fail_stage:
+                failures[(job.node, job.source)] = self.fail_stage[job.node, job.source]
+            elif f"{job.node}:{where}" not in self.stored:
+                self.stored.add(f"{job.node}:{where}")
+                self.staged.append((job.node, job.source))
+        return failures
+
+    def _unstaged(self, files: ShardFiles) -> str | None:
+        """A shard started on a staged path that is not there: the engine could not load it."""
+        _, found, rest = files.unit_text.partition("ExecStart=")
+        for argument in shlex.split(rest.splitlines()[0]) if found else ():
+            if argument.startswith(DEFAULT_MODEL_STORE + "/"):
+                directory = "/".join(argument.split("/")[:6])  # /var/lib/modelfleet/models/D
+                if f"{files.node}:{directory}" not in self.stored:
+                    return f"unit failed: {argument}: no such file or directory"
         return None
 
     def stop(self, stops: Sequence[Stop]) -> dict[tuple[str, str], str]:

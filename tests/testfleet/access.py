@@ -98,6 +98,10 @@ def write_access_files(fleet: Fleet, router: str | None = None) -> None:
             {
                 "ansible_ssh_common_args": common_args,
                 "ansible_python_interpreter": "/usr/bin/python3",
+                # The nodes reach no hub: the stand-ins are given the source and fetch
+                # nothing. tests/integration/test_fleet_stage.py turns staging on, with a
+                # fake hub on loopback.
+                "modelfleet_stage_weights": False,
             },
             Dumper=_InventoryDumper,
             sort_keys=False,

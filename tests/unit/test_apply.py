@@ -37,11 +37,20 @@ def reconcile_once(fake: FakeFleet, seed: int = 1) -> None:
     apply(the_plan, fake, NOW, random.Random(seed))
 
 
+def nodes_of(fake: FakeFleet, model: str) -> set[str]:
+    return {node for (node, _), record in fake.records.items() if record.model == model}
+
+
 def test_workers_start_before_rank_0_one_call_per_phase() -> None:
     fake = FakeFleet()
     reconcile_once(fake)
-    assert [verb for verb, _ in fake.calls] == ["start", "start"]
-    workers, leaders = (shards for _, shards in fake.calls)
+    assert [verb for verb, _ in fake.calls] == ["stage", "start", "start"]
+    staged, workers, leaders = (shards for _, shards in fake.calls)
+    # one download per node and source, before anything starts: big-1's on both its nodes
+    assert sorted(staged) == sorted(
+        f"hf://org/{model}@{node}" for model in ("big", "small") for node in nodes_of(fake, model)
+    )
+    assert len(nodes_of(fake, "big")) == 2
     assert workers == ("big-1/1",)
     assert sorted(leaders) == ["big-1/0", "small-1/0", "small-2/0"]
     assert fake.running() == {"big-1", "small-1", "small-2"}
@@ -60,7 +69,7 @@ def test_a_rank_that_does_not_start_gets_its_replica_stopped_whole_and_backed_of
     outcome = apply(the_plan, fake, NOW, random.Random(1))
     assert outcome.failed == {"big-1": "rank 1 on hgx-4: not healthy after 600 s"}
     assert "big-1" not in fake.running()  # rank 0 was never started, rank 1 removed
-    assert [verb for verb, _ in fake.calls] == ["start", "start", "stop"]
+    assert [verb for verb, _ in fake.calls] == ["stage", "start", "start", "stop"]
     assert "big-1/0" not in fake.calls[1][1]  # no rank 0 for a replica whose worker failed
     assert outcome.ledger["big"].failures == 1
 
@@ -85,7 +94,8 @@ def test_broken_replicas_stop_before_anything_starts_and_drains_come_last() -> N
     the_plan = plan(MODELS, fleet, {}, ADDRESSES, random.Random(1))
     outcome = apply(the_plan, fake, NOW, random.Random(1))
     assert outcome.phases == [
-        "stop broken replicas", "start workers", "start rank 0", "drain retired replicas"
+        "stop broken replicas", "stage weights", "start workers", "start rank 0",
+        "drain retired replicas",
     ]  # fmt: skip
     assert fake.calls[0] == ("stop", ("small-1",))
     assert fake.calls[-1] == ("stop", ("gone-1",))
@@ -110,14 +120,14 @@ def test_routers_drop_a_replica_before_it_stops_and_add_one_only_once_it_serves(
     fake, the_plan = broken_and_retired()
     outcome = apply(the_plan, fake, NOW, random.Random(1), router=fake)
     verbs = [verb for verb, _ in fake.calls]
-    assert verbs == ["route", "stop", "start", "start", "route", "stop"]
+    assert verbs == ["route", "stop", "stage", "start", "start", "route", "stop"]
     assert fake.calls[0] == ("route", ("-small-1",))
-    assert fake.calls[4] == ("route", ("+big-1", "-gone-1"))  # small backs off after its failure
+    assert fake.calls[5] == ("route", ("+big-1", "-gone-1"))  # small backs off after its failure
     assert fake.stopped_while_routed == []
     assert fake.routed_before_serving == []
     assert fake.routed == {"big-1"} == set(outcome.started)
     assert outcome.phases == [
-        "route", "stop broken replicas", "start workers", "start rank 0", "route",
+        "route", "stop broken replicas", "stage weights", "start workers", "start rank 0", "route",
         "drain retired replicas",
     ]  # fmt: skip
     assert outcome.complete
@@ -214,3 +224,41 @@ def test_every_failed_rank_of_a_replica_is_named() -> None:
         " rank 1 on hgx-4: unit failed: its process exited with status 1"
     )
     assert [(f.rank, f.node) for f in outcome.failed_shards] == [(0, "hgx-3"), (1, "hgx-4")]
+
+
+def test_a_replica_whose_weights_cannot_be_staged_is_never_started_and_backs_off() -> None:
+    fake = FakeFleet()
+    the_plan = plan(MODELS, fake.snapshot(FLEET), {}, ADDRESSES, random.Random(1))
+    (big,) = [s for s in the_plan.starts if s.model == "big"]
+    rank1 = big.files[1].node
+    fake.fail_stage[(rank1, "hf://org/big")] = "needs 140.0 GB more in /m, 80.0 GB free"
+    outcome = apply(the_plan, fake, NOW, random.Random(1))
+    assert outcome.failed == {
+        "big-1": f"staging hf://org/big on {rank1} failed: needs 140.0 GB more in /m, 80.0 GB free"
+    }
+    assert outcome.stage_failed == ["big-1"]
+    started = {shard for verb, shards in fake.calls if verb == "start" for shard in shards}
+    assert not {s for s in started if s.startswith("big-1/")}  # not one rank of it
+    assert ("stop", ("big-1",)) not in fake.calls  # nothing of it ran: nothing to stop
+    assert fake.running() == {"small-1", "small-2"}
+    assert outcome.ledger["big"].failures == 1 and "small" not in outcome.ledger
+    assert not outcome.complete
+
+
+def test_weights_are_staged_once_per_node_and_source_and_not_again_once_stored() -> None:
+    fake = FakeFleet()
+    same_node = snapshot(hgx("hgx-1", fabrics=FABRIC))
+    the_plan = plan(MODELS, same_node, {}, ADDRESSES, random.Random(1))
+    assert [(s.replica, len(s.stage)) for s in the_plan.starts] == [("small-1", 1), ("small-2", 1)]
+    assert [p.replica for p in the_plan.unplaced] == ["big-1"]  # two nodes, and there is one
+    apply(the_plan, fake, NOW, random.Random(1))
+    assert fake.calls[0] == ("stage", ("hf://org/small@hgx-1",))  # one download for both
+    assert fake.running() == {"small-1", "small-2"}
+    emptied = plan(catalog("models: {}\n"), fake.snapshot(same_node), {}, ADDRESSES,
+                   random.Random(1), force=True)  # fmt: skip
+    fake.stop(emptied.drains)
+    assert fake.running() == set()
+    apply(plan(MODELS, fake.snapshot(same_node), {}, ADDRESSES, random.Random(1)), fake, NOW,
+          random.Random(1))  # fmt: skip
+    assert len(fake.running()) == 2
+    assert fake.staged == [("hgx-1", "hf://org/small")]  # the second pass found it stored

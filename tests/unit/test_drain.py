@@ -141,9 +141,9 @@ def test_the_old_replica_is_withdrawn_and_drained_only_after_its_replacement_ser
     fake = FakeFleet(routed={"chat-1", "chat-2", "embed-1"})
     fake.adopt(snapshot(*nodes))
     outcome = apply(drain_plan(*nodes), fake, NOW, random.Random(1), router=fake)
-    assert [verb for verb, _ in fake.calls] == ["start", "route", "stop"]
-    assert fake.calls[1] == ("route", ("+chat-3", "-chat-1"))
-    assert fake.calls[2] == ("stop", ("chat-1",))
+    assert [verb for verb, _ in fake.calls] == ["stage", "start", "route", "stop"]
+    assert fake.calls[2] == ("route", ("+chat-3", "-chat-1"))
+    assert fake.calls[3] == ("stop", ("chat-1",))
     assert fake.routed_before_serving == [] and fake.stopped_while_routed == []
     assert outcome.complete
     assert fake.running() == {"chat-2", "chat-3", "embed-1"}

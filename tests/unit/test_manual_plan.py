@@ -92,12 +92,19 @@ def test_a_two_node_manual_replica_has_one_port_its_hcas_and_rank_0s_address_as_
     ]
     assert start.leader.health_url == "http://10.0.0.1:8000"
     assert start.workers[0].health_url is None
+    # the weights are staged on both nodes first, in their stores
+    assert [(j.node, j.source, j.store, j.directory) for j in start.stage] == [
+        (node, "hf://org/big", "/var/lib/modelfleet/models", "hf-org-big-319dccb366ec")
+        for node in ("hgx-1", "hgx-2")
+    ]
     for rank, files in enumerate(start.files):
         assert exec_start(files.unit_text) == (
-            'ExecStart="python3" "-m" "sglang.launch_server" "--model-path" "org/big" '
+            'ExecStart="python3" "-m" "sglang.launch_server" "--model-path" '
+            '"/var/lib/modelfleet/models/hf-org-big-319dccb366ec" '
             '"--host" "0.0.0.0" "--port" "8000" "--served-model-name" "big" "--tp-size" "16" '
             f'"--nnodes" "2" "--node-rank" "{rank}" "--dist-init-addr" "10.0.0.1:18000"'
         )
+        assert 'HF_HUB_OFFLINE="1"' in files.env_text.splitlines()  # loads from disk, offline
         assert 'NCCL_IB_HCA="=mlx5_0,mlx5_1"' in files.env_text.splitlines()
         record = json.loads(files.record_text)
         assert (record["origin"], record["hcas"], record["nodes"], record["rank"]) == (

@@ -1,0 +1,73 @@
+"""Which weights are staged in a node's model store before a shard starts, and where the
+engine then reads them.
+
+Pure. An engine that downloads its own weights does it inside its readiness wait, and a
+70B model fails that wait; so reconcile stages first (playbooks/stage_weights.yml with
+library/modelfleet_stage.py) and starts the engine on the local copy, offline. What is
+staged, by engine (its spec's `stages`):
+
+- vLLM and SGLang: `hf://ORG/NAME`, the hub repository whole, into
+  `<store>/<store_directory(source)>/`, which the engine loads as a local model directory;
+- llama.cpp: `http(s)://…/FILE.gguf`, the one file, into that directory. Its `hf://`
+  sources are left to `llama-server -hf`, which picks one quantisation of a repository
+  that holds many: staging the whole repository would download every one of them.
+
+`file://` sources are read where they are and never copied; `s3://` is not staged.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import urllib.parse
+from dataclasses import dataclass
+from typing import Final
+
+from cli.facts.model import DEFAULT_MODEL_STORE, store_directory
+from cli.shards.specs import engine_spec
+
+# A download slower than this is a failed staging, not a slow one: the timeout is this
+# rate's time for the weights' size, plus room for listing and a first connection.
+MIN_BYTES_PER_SECOND: Final = 8_000_000
+BASE_SECONDS: Final = 600
+# Without a size (no `disk_gb`, no node holding it yet): room for about 1 TB at that rate.
+UNKNOWN_SIZE_SECONDS: Final = 36 * 3600
+
+
+@dataclass(frozen=True)
+class StageJob:
+    """Weights to put in one node's store before one replica's shards start there."""
+
+    node: str
+    replica: str
+    source: str
+    store: str  # the node's model store directory
+    directory: str  # the source's directory under it (store_directory)
+    size_bytes: int | None  # what it takes on disk, when known
+
+    @property
+    def timeout_seconds(self) -> int:
+        """How long the download may take before it is a staging failure."""
+        if self.size_bytes is None:
+            return UNKNOWN_SIZE_SECONDS
+        return BASE_SECONDS + self.size_bytes // MIN_BYTES_PER_SECOND
+
+
+def stages(source: str, engine: str) -> bool:
+    """Whether ctl stages this source for this engine before starting it."""
+    return source.startswith(engine_spec(engine).stages)
+
+
+def staged_path(source: str, engine: str, store: str | None, staging: bool = True) -> str | None:
+    """Where the engine reads the staged copy on a node whose store is `store` (None: the
+    default); None when the source is not staged for this engine or on this node."""
+    if not staging or not stages(source, engine):
+        return None
+    directory = posixpath.join(store or DEFAULT_MODEL_STORE, store_directory(source))
+    if source.startswith("hf://"):
+        return directory
+    return posixpath.join(directory, staged_file_name(source))
+
+
+def staged_file_name(source: str) -> str:
+    """The name an `http(s)://` source's one file gets in its directory (the module's)."""
+    return posixpath.basename(urllib.parse.urlsplit(source).path) or "model"

@@ -1,0 +1,180 @@
+"""The staging module (playbooks/library/modelfleet_stage.py) against a faithful fake of
+the hub's download endpoints on loopback (tests/fakes/hub.py): what lands in the store,
+what is sent again, and what is refused."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from cli.facts.model import store_directory
+from tests.fakes.hub import LFS_THRESHOLD, Hub, run_hub
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE = "hf://org/small"
+GATED = "hf://org/gated"
+TOKEN = "hf_" + "Tk" * 17
+
+
+def load_module() -> ModuleType:
+    path = ROOT / "playbooks" / "library" / "modelfleet_stage.py"
+    spec = importlib.util.spec_from_file_location("modelfleet_stage", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+stage_module = load_module()
+StageError = stage_module.StageError
+
+
+@pytest.fixture
+def hub(tmp_path: Path) -> Iterator[Hub]:
+    root = tmp_path / "hub"
+    small = root / "models" / "org" / "small"
+    small.mkdir(parents=True)
+    (small / "config.json").write_text('{"model_type": "llama"}')
+    (small / "model.safetensors").write_bytes(os.urandom(LFS_THRESHOLD + 12345))
+    (small / "tokenizer").mkdir()
+    (small / "tokenizer" / "vocab.txt").write_text("a\nb\n")
+    gated = root / "models" / "org" / "gated"
+    gated.mkdir(parents=True)
+    (gated / "weights.bin").write_bytes(b"x" * 1000)
+    (root / "files").mkdir()
+    (root / "files" / "tiny.gguf").write_bytes(os.urandom(300_000))
+    with run_hub(root, {"org/gated": TOKEN}) as served:
+        yield served
+
+
+def stage(
+    hub: Hub, store: Path, source: str = SOURCE, token: str | None = None
+) -> dict[str, object]:
+    result: dict[str, object] = stage_module.stage(
+        source, store, store_directory(source), hub.endpoint, "main", token, 10
+    )
+    return result
+
+
+def repo_bytes(hub: Hub, name: str = "small") -> int:
+    base = hub.root / "models" / "org" / name
+    return sum(p.stat().st_size for p in base.rglob("*") if p.is_file())
+
+
+def test_a_hub_repo_is_downloaded_whole_then_marked_complete(hub: Hub, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    result = stage(hub, store)
+    directory = store / store_directory(SOURCE)
+    assert result["changed"] is True and result["path"] == str(directory)
+    assert result["bytes"] == repo_bytes(hub) == hub.bytes_sent
+    for file in (hub.root / "models" / "org" / "small").rglob("*"):
+        if file.is_file():
+            staged = directory / file.relative_to(hub.root / "models" / "org" / "small")
+            assert staged.read_bytes() == file.read_bytes()
+    marker = json.loads((directory / ".modelfleet-complete").read_text())
+    assert marker["source"] == SOURCE and marker["bytes"] == repo_bytes(hub)
+    progress = json.loads((directory / ".modelfleet-progress").read_text())
+    assert progress == {"bytes": repo_bytes(hub), "total": repo_bytes(hub), "state": "done",
+                        "message": ""}  # fmt: skip
+    assert not list(directory.rglob("*.incomplete"))
+
+
+def test_a_source_stored_complete_is_not_sent_again(hub: Hub, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    stage(hub, store)
+    sent, asked = hub.bytes_sent, sum(hub.requests.values())
+    again = stage(hub, store)
+    assert again["changed"] is False and again["downloaded"] == 0
+    assert (hub.bytes_sent, sum(hub.requests.values())) == (sent, asked)
+
+
+def test_an_interrupted_download_resumes_where_it_stopped(hub: Hub, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    directory = store / store_directory(SOURCE)
+    directory.mkdir(parents=True)
+    weights = (hub.root / "models" / "org" / "small" / "model.safetensors").read_bytes()
+    half = len(weights) // 2
+    (directory / "model.safetensors.incomplete").write_bytes(weights[:half])
+    stage(hub, store)
+    assert hub.bytes_sent == repo_bytes(hub) - half
+    assert (directory / "model.safetensors").read_bytes() == weights
+
+
+def test_a_corrupt_partial_file_fails_its_checksum_and_marks_nothing(
+    hub: Hub, tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    directory = store / store_directory(SOURCE)
+    directory.mkdir(parents=True)
+    (directory / "model.safetensors.incomplete").write_bytes(b"\0" * 1000)
+    with pytest.raises(StageError, match=r"model.safetensors: its SHA-256 is not the one"):
+        stage(hub, store)
+    assert not (directory / ".modelfleet-complete").exists()
+    assert not (directory / "model.safetensors.incomplete").exists()  # the next try starts over
+    progress = json.loads((directory / ".modelfleet-progress").read_text())
+    assert progress["state"] == "failed" and "SHA-256" in progress["message"]
+    stage(hub, store)
+    assert (directory / ".modelfleet-complete").exists()
+
+
+def test_a_gated_repo_needs_its_token_and_the_token_goes_only_to_the_hub(
+    hub: Hub, tmp_path: Path
+) -> None:
+    with pytest.raises(StageError) as refused:
+        stage(hub, tmp_path / "store", GATED)
+    assert str(refused.value) == (
+        "listing org/gated: HTTP 401: the hub refused the token (or none was given)"
+    )
+    result = stage(hub, tmp_path / "store", GATED, token=TOKEN)
+    assert result["bytes"] == 1000
+    assert hub.tokens_seen and set(hub.tokens_seen) == {f"Bearer {TOKEN}"}
+    directory = tmp_path / "store" / store_directory(GATED)
+    for file in directory.rglob("*"):
+        assert TOKEN.encode() not in file.read_bytes()
+
+
+def test_a_store_without_room_is_refused_before_a_byte_is_sent(
+    hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(stage_module.shutil, "disk_usage", lambda _: usage._replace(free=1_000_000))
+    with pytest.raises(StageError, match=r"^needs 0\.0 GB more in .*store, 0\.0 GB free$"):
+        stage(hub, tmp_path / "store")
+    assert hub.bytes_sent == 0
+
+
+def test_an_http_source_is_one_file_sized_by_its_content_length(hub: Hub, tmp_path: Path) -> None:
+    source = f"{hub.endpoint}/files/tiny.gguf"
+    result = stage(hub, tmp_path / "store", source)
+    staged = tmp_path / "store" / store_directory(source) / "tiny.gguf"
+    assert staged.read_bytes() == (hub.root / "files" / "tiny.gguf").read_bytes()
+    assert result["bytes"] == 300_000
+
+
+def test_a_missing_http_file_is_a_staging_failure(hub: Hub, tmp_path: Path) -> None:
+    with pytest.raises(StageError, match=r"^downloading nothing.gguf: HTTP 404 Not Found$"):
+        stage(hub, tmp_path / "store", f"{hub.endpoint}/files/nothing.gguf")
+
+
+def test_a_file_source_is_checked_for_presence_not_copied(hub: Hub, tmp_path: Path) -> None:
+    present = hub.root / "files" / "tiny.gguf"
+    result = stage(hub, tmp_path / "store", f"file://{present}")
+    assert result == {"changed": False, "path": str(present), "bytes": 300_000, "downloaded": 0}
+    assert not (tmp_path / "store").exists()
+    with pytest.raises(StageError, match=r"is not on this node"):
+        stage(hub, tmp_path / "store", f"file://{tmp_path}/absent.gguf")
+
+
+def test_progress_is_read_back_while_a_download_runs(hub: Hub, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    name = store_directory(SOURCE)
+    assert stage_module.read_progress(store, name)["progress"]["state"] == "waiting"
+    stage(hub, store)
+    assert stage_module.read_progress(store, name)["progress"]["state"] == "done"
