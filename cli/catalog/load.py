@@ -124,13 +124,17 @@ def parse_catalog(text: str, file: str) -> Catalog:
     is said as `models: {}`."""
     document = parse_yaml(text, file)
     data = document.data
+    secrets, problems = _written_tokens(document, data, ())
+    if problems and (not isinstance(data, dict) or "models" not in data):
+        # Said whatever else is wrong: the operator has a token to move (and, if the
+        # catalog was shared, to revoke).
+        raise InputError(problems)
     if data is None:
         raise InputError([document.problem((), EMPTY_CATALOG)])
     if not isinstance(data, dict):
         raise InputError([document.problem((), "a catalog is a mapping with the key 'models'")])
     if "models" not in data:
         raise InputError([document.problem((), f"no key 'models': {EMPTY_CATALOG}")])
-    secrets, problems = _written_tokens(document, data, ())
     try:
         parsed = CatalogFile.model_validate(data)
     except ValidationError as error:
