@@ -3,13 +3,16 @@ applies, and a token written in the catalog refused with file, line and key, nev
 
 from __future__ import annotations
 
+import io
 import textwrap
 
 import pytest
+from rich.console import Console
 
 from cli.catalog.load import Catalog, parse_catalog
 from cli.catalog.schema import TokenRef, ansible_variable_name, looks_like_token
 from cli.errors import InputError
+from cli.ui.tables import catalog_table
 
 # The shape of a real user access token (`hf_` and 34 letters), made up.
 TOKEN = "hf_" + "QwErTyUiOpAsDfGhJkLzXcVbNmQwErTyUi"
@@ -338,3 +341,16 @@ def test_a_reference_is_what_is_printed_and_holds_no_value() -> None:
     ref = TokenRef(env="HF_TOKEN")
     assert ref.reference == "$HF_TOKEN"
     assert ref.model_dump(exclude_none=True) == {"env": "HF_TOKEN"}
+
+
+def test_the_catalog_table_shows_each_models_references_and_no_column_without_one() -> None:
+    def rendered(text: str) -> list[str]:
+        console = Console(file=io.StringIO(), width=240, color_system=None, highlight=False)
+        console.print(catalog_table(load(text), width=240))
+        return [line.rstrip() for line in console.file.getvalue().splitlines()]  # type: ignore[attr-defined]
+
+    assert "TOKEN" not in rendered(catalog())[0]
+    shared = rendered(catalog("token: {env: HF_TOKEN}"))
+    assert shared[0].split()[-1] == "TOKEN" and shared[1].split()[-1] == "$HF_TOKEN"
+    mixed = rendered(catalog("token: {env: HF_TOKEN}", "token: {file: ~/.hf-token}"))
+    assert mixed[1].endswith("h100: $HF_TOKEN, l40s: file ~/.hf-token")
