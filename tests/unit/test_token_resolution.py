@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from cli.catalog.load import CatalogToken, load_catalog
+from cli.catalog.load import CatalogToken, load_catalog, parse_catalog
 from cli.errors import InputError
 from cli.ops.tokens import ResolvedToken, resolve_token, resolve_tokens
 
@@ -268,3 +268,40 @@ def test_a_resolved_token_shows_its_reference_never_its_value(tmp_path: Path) ->
     assert isinstance(resolved.secret, SecretStr)
     assert SECRET not in repr(resolved.secret) and SECRET not in str(resolved.secret)
     assert SECRET not in repr({"tokens": [resolved.secret]})
+
+
+def test_docs_catalog_md_shows_the_messages_ctl_prints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "catalog.md").read_text(encoding="utf-8")
+    section = docs.split("## Tokens by reference", 1)[1].split("\n## ", 1)[0]
+    shown = [
+        line.split(": ", 1)[1]  # the key and the message; the line is the catalog's own
+        for block in section.split("```text\n")[1:]
+        for line in block.split("```", 1)[0].splitlines()
+    ]
+    home = tmp_path / "home" / "op"
+    monkeypatch.setenv("HOME", str(home))
+    secret_file(home / ".hf-token", SECRET, 0o644)
+    said = []
+    for reference in ("{env: HF_TOKEN}", "{file: ~/.hf-token}"):
+        path = tmp_path / "catalog.yaml"
+        path.write_text(
+            "models:\n  llama-3.1-70b:\n    source: hf://meta-llama/Llama-3.1-70B-Instruct\n"
+            f"    token: {reference}\n    profiles:\n"
+            "      - {name: cpu, priority: 1, engine: llama.cpp}\n"
+        )
+        with pytest.raises(InputError) as caught:
+            resolve_tokens(load_catalog(path).models["llama-3.1-70b"].profiles, {})
+        said.append(str(caught.value).split(": ", 1)[1].replace(str(home), "/home/op"))
+    written = textwrap.dedent("""\
+    models:
+      llama:
+        source: hf://o/n
+        profiles:
+          - {name: cpu, priority: 1, engine: llama.cpp, env: {HF_TOKEN: x}}
+    """)
+    with pytest.raises(InputError) as caught:
+        parse_catalog(written, "catalog.yaml")
+    said.append(str(caught.value).split(": ", 1)[1])
+    assert said == shown
