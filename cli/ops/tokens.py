@@ -104,7 +104,10 @@ def _problem(token: CatalogToken, message: str) -> InputProblem:
 def _path_of(written: str, catalog_file: str) -> Path:
     """`~` expanded; a relative path taken from the catalog file's directory, so a
     catalog and its token file can move together."""
-    path = Path(written).expanduser()
+    try:
+        path = Path(written).expanduser()
+    except RuntimeError:  # no HOME, and no passwd entry to find it in
+        raise _UnusableError(f"file {written}: no home directory to expand ~ in") from None
     return path if path.is_absolute() else Path(catalog_file).parent / path
 
 

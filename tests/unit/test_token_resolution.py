@@ -5,6 +5,7 @@ reads; each failure one line at the reference's file, line and key; the value ne
 from __future__ import annotations
 
 import os
+import pwd
 import textwrap
 from pathlib import Path
 
@@ -305,3 +306,18 @@ def test_docs_catalog_md_shows_the_messages_ctl_prints(
         parse_catalog(written, "catalog.yaml")
     said.append(str(caught.value).split(": ", 1)[1])
     assert said == shown
+
+
+def test_a_tilde_with_no_home_to_expand_it_in_is_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = token_of(tmp_path, "{file: ~/.hf-token}")
+    monkeypatch.delenv("HOME", raising=False)
+
+    def no_entry(_uid: int) -> pwd.struct_passwd:
+        raise KeyError("no passwd entry")  # a container's uid without one
+
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    assert refusal(token).endswith(
+        "llama's token: file ~/.hf-token: no home directory to expand ~ in"
+    )
