@@ -7,25 +7,60 @@ a fallback that names nothing fails during the outage it was written for.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
-from cli.catalog.schema import MULTI_NODE_ENGINES, NAME_PATTERN, CatalogFile, Model, Profile
-from cli.errors import InputError, InputProblem, near_miss
+from cli.catalog.schema import (
+    ENV_NAME,
+    MULTI_NODE_ENGINES,
+    NAME_PATTERN,
+    SECRET_ENV,
+    TOKEN_FORMS,
+    TOKEN_LIKE,
+    TOKEN_SCHEMES,
+    CatalogFile,
+    Model,
+    Profile,
+    TokenRef,
+)
+from cli.errors import InputError, InputProblem, KeyPath, near_miss
 from cli.schemaerrors import problems_from_validation
 from cli.shards.flags import accepted_options, check_options, versions_with_data
 from cli.shards.specs import Rank, engine_spec, version_tuple
 from cli.yamlsource import MAX_SOURCE_BYTES, YamlDocument, decode_source, parse_yaml
 
-ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 EMPTY_CATALOG = (
     "the catalog is empty: name its models under 'models' (to run no model at all, and"
     " drain every replica, write `models: {}`)"
 )
 # Set per shard from where it was placed; a catalog value would send it to other GPUs.
 RESERVED_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NCCL_IB_HCA"})
+# Where a token goes instead of the catalog, said by every refusal of one written there.
+NOT_IN_THE_CATALOG = (
+    "a secret is never written in the catalog, from where it would reach the nodes' unit"
+    f" files; name where it comes from: {TOKEN_FORMS} (docs/catalog.md)"
+)
+
+
+@dataclass(frozen=True)
+class CatalogToken:
+    """A profile's token reference (its own or its model's) and where the catalog says it,
+    so that a token missing when it is resolved (cli/ops/tokens.py) is reported at its
+    file, line and key. The place is not part of what the token is: two catalogs that say
+    the same on other lines are equal."""
+
+    ref: TokenRef
+    model: str
+    file: str = field(compare=False)
+    line: int | None = field(compare=False)
+    path: KeyPath = field(compare=False)
+
+    @property
+    def reference(self) -> str:
+        return self.ref.reference
 
 
 @dataclass(frozen=True)
@@ -35,6 +70,9 @@ class CatalogProfile:
     model: str
     spec: Profile
     source: str
+    # The token its source is fetched with; None when it needs none, or has an hf:// or
+    # https:// source no token applies to.
+    token: CatalogToken | None = None
 
     @property
     def name(self) -> str:
@@ -86,6 +124,11 @@ def parse_catalog(text: str, file: str) -> Catalog:
     is said as `models: {}`."""
     document = parse_yaml(text, file)
     data = document.data
+    secrets, problems = _written_tokens(document, data, ())
+    if problems and (not isinstance(data, dict) or "models" not in data):
+        # Said whatever else is wrong: the operator has a token to move (and, if the
+        # catalog was shared, to revoke).
+        raise InputError(problems)
     if data is None:
         raise InputError([document.problem((), EMPTY_CATALOG)])
     if not isinstance(data, dict):
@@ -95,14 +138,16 @@ def parse_catalog(text: str, file: str) -> Catalog:
     try:
         parsed = CatalogFile.model_validate(data)
     except ValidationError as error:
-        raise InputError(problems_from_validation(error, CatalogFile, document)) from None
-    problems: list[InputProblem] = []
+        found = problems_from_validation(error, CatalogFile, document)
+        raise InputError(problems + _redacted(found, secrets, problems)) from None
+    checked: list[InputProblem] = []
     for name, model in parsed.models.items():
-        problems += _check_model(document, name, model)
+        checked += _check_model(document, name, model)
     aliases, alias_problems = _collect_aliases(document, parsed)
-    problems += alias_problems
+    checked += alias_problems
     fallbacks, fallback_problems = _resolve_fallbacks(document, parsed, aliases)
-    problems += fallback_problems
+    checked += fallback_problems
+    problems += _redacted(checked, secrets, problems)
     if problems:
         raise InputError(problems)
     models = {
@@ -113,13 +158,125 @@ def parse_catalog(text: str, file: str) -> Catalog:
             replicas_min=model.replicas.min,
             replicas_max=model.replicas.upper,
             profiles=tuple(
-                CatalogProfile(name, profile, profile.source or model.source or "")
-                for profile in sorted(model.profiles, key=lambda p: -p.priority)
+                CatalogProfile(
+                    name,
+                    profile,
+                    profile.source or model.source or "",
+                    _token_of(document, name, model, index),
+                )
+                for index, profile in sorted(
+                    enumerate(model.profiles), key=lambda item: -item[1].priority
+                )
             ),
         )
         for name, model in parsed.models.items()
     }
     return Catalog(file=file, models=models, aliases=aliases)
+
+
+def _written_tokens(
+    document: YamlDocument, data: Any, path: KeyPath
+) -> tuple[set[str], list[InputProblem]]:
+    """Every text in the document, key or value, that looks like a Hugging Face token:
+    the tokens, and a problem at each place. Looked for before the schema, whose messages
+    may quote a value (`'hf_…' is not one of vllm, …`) and must not quote these."""
+    secrets: set[str] = set()
+    problems: list[InputProblem] = []
+    said = "looks like a Hugging Face token: " + NOT_IN_THE_CATALOG
+    if isinstance(data, str):
+        found = {match.group(0) for match in TOKEN_LIKE.finditer(data)}
+        if found:
+            secrets |= found
+            problems.append(document.problem(path, f"this {said}"))
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            if isinstance(key, str) and TOKEN_LIKE.search(key):
+                # reported at its mapping: a key path would print the key
+                secrets |= {match.group(0) for match in TOKEN_LIKE.finditer(key)}
+                problems.append(document.problem(path, f"a key here {said}"))
+                continue
+            more, found_problems = _written_tokens(document, value, (*path, key))
+            secrets |= more
+            problems += found_problems
+    elif isinstance(data, list):
+        for index, item in enumerate(data):
+            more, found_problems = _written_tokens(document, item, (*path, index))
+            secrets |= more
+            problems += found_problems
+    return secrets, problems
+
+
+def _redacted(
+    problems: list[InputProblem], secrets: set[str], said: list[InputProblem]
+) -> list[InputProblem]:
+    """`problems` but any that would print one of `secrets`, or that is at a place a
+    problem in `said` has already refused for holding one."""
+    places = {problem.path for problem in said}
+    return [
+        problem
+        for problem in problems
+        if problem.path not in places and not any(secret in str(problem) for secret in secrets)
+    ]
+
+
+def _token_of(
+    document: YamlDocument, model_name: str, model: Model, index: int
+) -> CatalogToken | None:
+    """The token profile `index` of `model` is fetched with: its own, else its model's;
+    none for a source no token applies to (a model's token is for its hf:// profiles)."""
+    profile = model.profiles[index]
+    source = profile.source or model.source or ""
+    if not source.startswith(TOKEN_SCHEMES):
+        return None
+    here: KeyPath = ("models", model_name)
+    if profile.token is not None:
+        path: KeyPath = (*here, "profiles", index, "token")
+        ref = profile.token
+    elif model.token is not None:
+        path, ref = (*here, "token"), model.token
+    else:
+        return None
+    return CatalogToken(ref, model_name, document.file, document.line_of(path), path)
+
+
+def _no_token_for(source: str) -> str:
+    """Why a token means nothing to `source`."""
+    scheme = source.split("://", 1)[0] + "://"
+    if scheme == "file://":
+        return "file:// is a path on the node, read with nothing to authenticate"
+    if scheme == "http://":
+        return "over http:// it would cross the network in clear text: use https://"
+    return f"{scheme} is read with the node's own credentials, not a token"
+
+
+def _check_tokens(document: YamlDocument, name: str, model: Model) -> list[InputProblem]:
+    """A token no source would be fetched with is a mistake: refused where it is written."""
+    here: KeyPath = ("models", name)
+    problems: list[InputProblem] = []
+    takes = "a token is for hf:// and https:// sources"
+    for index, profile in enumerate(model.profiles):
+        source = profile.source or model.source
+        if profile.token is not None and source and not source.startswith(TOKEN_SCHEMES):
+            problems.append(
+                document.problem(
+                    (*here, "profiles", index, "token"), f"{takes}: {_no_token_for(source)}"
+                )
+            )
+    if model.token is not None:
+        # A profile without a source at all is refused already, for that.
+        inheriting = [p.source or model.source for p in model.profiles if p.token is None]
+        sources = [source for source in inheriting if source is not None]
+        if not inheriting:
+            why: str | None = "every profile names its own token"
+        elif sources and not any(source.startswith(TOKEN_SCHEMES) for source in sources):
+            why = f"{takes}: {_no_token_for(sources[0])}"
+        else:
+            why = None
+        if why is not None:
+            problems.append(
+                document.problem((*here, "token"), f"no profile is fetched with it: {why}")
+            )
+    return problems
 
 
 def _check_model(document: YamlDocument, name: str, model: Model) -> list[InputProblem]:
@@ -164,6 +321,7 @@ def _check_model(document: YamlDocument, name: str, model: Model) -> list[InputP
             )
         problems += _check_profile(document, at, profile)
         problems += _check_engine(document, at, name, profile, profile.source or model.source)
+    problems += _check_tokens(document, name, model)
     return problems
 
 
@@ -244,6 +402,15 @@ def _check_profile(
         return document.problem((*at, key), message)
 
     problems: list[InputProblem] = []
+    for index, arg in enumerate(profile.args):
+        # vLLM's and llama-server's own option: the token in every unit file and `ps`.
+        if arg.split("=", 1)[0].replace("_", "-") == "--hf-token":
+            problems.append(
+                document.problem(
+                    (*at, "args", index),
+                    f"--hf-token puts a token on the command line: {NOT_IN_THE_CATALOG}",
+                )
+            )
     for key in profile.env:
         if not re.match(ENV_NAME, key):
             problems.append(document.problem((*at, "env", key), "not an environment name"))
@@ -251,6 +418,16 @@ def _check_profile(
             problems.append(
                 document.problem(
                     (*at, "env", key), f"{key} is set by ctl from the placement; remove it"
+                )
+            )
+        elif key in SECRET_ENV:
+            # A token by its name, whatever its value looks like: `hf_` is only how the
+            # hub's tokens start today.
+            problems.append(
+                document.problem(
+                    (*at, "env", key),
+                    f"{key} is a secret by its name: "
+                    + NOT_IN_THE_CATALOG.replace("{env: HF_TOKEN}", f"{{env: {key}}}"),
                 )
             )
     if not profile.uses_gpus:

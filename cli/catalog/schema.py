@@ -6,9 +6,18 @@ fallbacks, parallelism arithmetic) and resolves names, so errors can point at li
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+import keyword
+import re
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from cli.inventory.schema import Label
 from cli.shards.specs import ENGINE_NAMES, ENGINE_SPECS
@@ -27,10 +36,100 @@ VERSION_PATTERN = r"^\d+(\.\d+){0,3}$"
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 SOURCE_PATTERN = r"^(hf://[^/\s]+/[^\s]+|file:///\S+|s3://\S+|https?://\S+)$"
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+# What a Hugging Face token looks like: a user access token is `hf_` and 34 letters, an
+# organization's `api_org_` and 34 (the patterns of gitleaks' huggingface-access-token
+# rule and of detect-secrets' Hugging Face plugin). Letters and digits, 30 or more, so a
+# token of a format to come is caught too; anywhere in a value ("Bearer hf_…", a URL).
+TOKEN_LIKE = re.compile(r"(?<![A-Za-z0-9])(hf_|api_org_)[A-Za-z0-9]{30,}")
+# Names huggingface_hub reads a token from (its constants.py): a value under one is a
+# secret by its name, whatever it looks like.
+SECRET_ENV = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"})
+# Sources a token authenticates: the hub, and a URL (as a Bearer token). Not http://,
+# where it would cross the network in clear text.
+TOKEN_SCHEMES = ("hf://", "https://")
+# Jinja's keywords, which ansible-core 2.19 refuses as variable names besides non-ASCII and
+# non-identifiers (ansible/utils/vars.py validate_variable_name); older releases refused
+# Python's keywords instead (isidentifier there), so both are refused.
+_JINJA_KEYWORDS = frozenset({"true", "false", "none", "True", "False", "None", "not"})
+TOKEN_FORMS = "token: {env: HF_TOKEN}, {file: PATH} or {var: NAME}"
+
+
+def ansible_variable_name(name: str) -> bool:
+    """Whether Ansible takes `name` as a variable's: an ASCII identifier, no keyword."""
+    return (
+        name.isascii()
+        and name.isidentifier()
+        and not keyword.iskeyword(name)
+        and name not in _JINJA_KEYWORDS
+    )
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TokenRef(Strict):
+    """Where a model's token comes from, never the token: an environment variable or a file
+    on the operator's machine (read by ctl when it needs the token), or an Ansible inventory
+    variable (a vaulted one, say) that only the playbook reads. Resolved by
+    cli/ops/tokens.py; here only the reference, which is safe to print."""
+
+    env: str | None = None
+    file: str | None = None
+    var: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_reference(cls, data: Any) -> Any:
+        # `token: hf_…` is the mistake this form exists to prevent; say the form, and never
+        # echo the value (pydantic's own message would go no further than "not a mapping").
+        if isinstance(data, str):
+            raise ValueError(
+                "a token is named by where it comes from, never written here: " + TOKEN_FORMS
+            )
+        return data
+
+    @field_validator("env", "file", "var")
+    @classmethod
+    def _a_name(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # A token pasted here instead of its name is refused before the schema runs
+        # (cli/catalog/load.py looks for tokens in the whole file), unquoted.
+        if value is None:
+            return None
+        if info.field_name == "env" and not re.fullmatch(ENV_NAME, value):
+            raise ValueError(
+                f"'{value}' is not an environment variable name: letters, digits and '_',"
+                " not starting with a digit"
+            )
+        if info.field_name == "var" and not ansible_variable_name(value):
+            raise ValueError(
+                f"'{value}' is not an Ansible variable name: letters, digits and '_', not"
+                " starting with a digit, and no keyword"
+            )
+        if info.field_name == "file" and not value.strip():
+            raise ValueError("an empty path: name the file that holds the token")
+        return value
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> TokenRef:
+        given = [key for key in ("env", "file", "var") if getattr(self, key) is not None]
+        if not given:
+            raise ValueError("name where the token comes from: one of env, file or var")
+        if len(given) > 1:
+            raise ValueError(f"name one of env, file or var, not {' and '.join(given)}")
+        return self
+
+    @property
+    def reference(self) -> str:
+        """The reference as `ctl` prints it: `$HF_TOKEN`, `file ~/.hf-token`, `inventory
+        variable hf_token`. Never the token: it holds none."""
+        if self.env is not None:
+            return f"${self.env}"
+        if self.file is not None:
+            return f"file {self.file}"
+        return f"inventory variable {self.var}"
 
 
 class Replicas(Strict):
@@ -66,6 +165,7 @@ class Profile(Strict):
     node_selector: dict[Label, Label] = Field(default_factory=dict)
     args: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
+    token: TokenRef | None = None  # None: the model's
 
     @property
     def uses_gpus(self) -> bool:
@@ -90,6 +190,7 @@ class Model(Strict):
     aliases: tuple[str, ...] = ()
     fallbacks: tuple[str, ...] = ()
     replicas: Replicas = Field(default_factory=Replicas)
+    token: TokenRef | None = None  # for its profiles with an hf:// or https:// source
     profiles: tuple[Profile, ...] = Field(min_length=1)
 
 

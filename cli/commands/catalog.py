@@ -34,6 +34,10 @@ def check(catalog: CatalogOption = DEFAULT_CATALOG, as_json: JsonOption = False)
                         "fallbacks": list(m.fallbacks),
                         "replicas": {"min": m.replicas_min, "max": m.replicas_max},
                         "profiles": [p.name for p in m.profiles],
+                        # profile → where its token comes from; the catalog holds no token
+                        "tokens": {
+                            p.name: p.token.reference for p in m.profiles if p.token is not None
+                        },
                     }
                     for name, m in loaded.models.items()
                 },

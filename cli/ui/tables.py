@@ -15,7 +15,7 @@ from typing import Literal
 from rich.table import Table
 from rich.text import Text
 
-from cli.catalog.load import Catalog
+from cli.catalog.load import Catalog, CatalogModel
 from cli.cluster import views
 from cli.cluster.snapshot import NodeView, Snapshot, Status
 from cli.facts.model import NodeFacts
@@ -224,7 +224,12 @@ def node_notes(snapshot: Snapshot) -> list[str]:
 
 
 def catalog_table(catalog: Catalog, width: int | None = None) -> Table:
-    headers = ("MODEL", "ALIASES", "REPLICAS", "PROFILES (priority order)", "FALLBACKS")
+    headers = ["MODEL", "ALIASES", "REPLICAS", "PROFILES (priority order)", "FALLBACKS"]
+    # Where each model's token comes from, never the token (the catalog holds none): a
+    # column only for a catalog that names one, so one that needs none reads as before.
+    tokens = {name: token_references(model) for name, model in catalog.models.items()}
+    if any(tokens.values()):
+        headers.append("TOKEN")
     columns = [Column(header) for header in headers]
     rows = []
     for model in catalog.models.values():
@@ -243,7 +248,18 @@ def catalog_table(catalog: Catalog, width: int | None = None) -> Table:
                 Cell(tuple(model.fallbacks) or ("-",), separator=" → "),
             ]
         )
+        if len(headers) > len(rows[-1]):
+            rows[-1].append(Cell(tokens[model.name] or ("-",)))
     return fitted_table(columns, rows, width)
+
+
+def token_references(model: CatalogModel) -> tuple[str, ...]:
+    """Where the model's profiles get their token: one reference (`$HF_TOKEN`) when they
+    share it, else `profile: reference` for each profile that has one."""
+    references = {p.name: p.token.reference for p in model.profiles if p.token is not None}
+    if len(set(references.values())) <= 1:
+        return tuple(set(references.values()))
+    return tuple(f"{name}: {reference}" for name, reference in references.items())
 
 
 def facts_table(

@@ -162,6 +162,31 @@ def test_catalog_check_json_carries_each_model_as_the_catalog_says() -> None:
         fallbacks = [model_of.get(f, f) for f in written[name].get("fallbacks", [])]
         assert model["fallbacks"] == fallbacks, name
         assert model["profiles"] == [p["name"] for p in written[name]["profiles"]], name
+        # Where each profile's token comes from: the model's reference, on every profile
+        # (the example's gated models have only hf:// profiles).
+        token = written[name].get("token")
+        assert model["tokens"] == (
+            {p["name"]: f"${token['env']}" for p in written[name]["profiles"]} if token else {}
+        ), name
+
+
+def test_catalog_check_shows_where_a_token_comes_from_never_the_token() -> None:
+    secret = "hf_" + "NeverShownNeverShownNeverShownNeve"
+    for json_flag in ((), ("--json",)):
+        result = ctl(
+            "catalog", "check", *json_flag, "--catalog", str(EXAMPLES / "catalog.yaml"),
+            env={"HF_TOKEN": secret, "COLUMNS": "200"},
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert secret not in result.stdout + result.stderr
+        assert "$HF_TOKEN" in result.stdout
+    table = ctl(
+        "catalog", "check", "--catalog", str(EXAMPLES / "catalog.yaml"), env={"COLUMNS": "200"}
+    ).stdout.splitlines()  # fmt: skip
+    assert table[0].split()[-1] == "TOKEN"
+    rows = {line.split()[0]: line.split()[-1] for line in table[1:-1]}  # no OK line
+    assert rows["llama-3.1-8b"] == rows["llama-3.1-70b"] == "$HF_TOKEN"
+    assert rows["bge-m3"] == "-"
 
 
 def test_a_bad_catalog_is_one_line_per_problem_and_exit_code_2(tmp_path: Path) -> None:
@@ -174,7 +199,7 @@ def test_a_bad_catalog_is_one_line_per_problem_and_exit_code_2(tmp_path: Path) -
     result = ctl("catalog", "check", "--catalog", "catalog.yaml", cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "error: catalog.yaml:89: models.llama-3.1-70b.profiles[0]: unknown key"
+        "error: catalog.yaml:90: models.llama-3.1-70b.profiles[0]: unknown key"
         " 'gpus_per_nod' (did you mean 'gpus_per_node'?)"
     ]
 

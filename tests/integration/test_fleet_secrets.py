@@ -1,7 +1,7 @@
-"""A catalog's secret (an `env` value) on a start that fails, on the real test fleet: it
-reaches the node's shard environment file (0600) and nothing else — not ctl's logs,
-state or temporary files, not the vars file (gone after the run), not the node's other
-files."""
+"""A catalog's secret (an `env` value: an API key the engine reads; a Hugging Face token is
+refused there, docs/catalog.md) on a start that fails, on the real test fleet: it reaches
+the node's shard environment file (0600) and nothing else — not ctl's logs, state or
+temporary files, not the vars file (gone after the run), not the node's other files."""
 
 from __future__ import annotations
 
@@ -25,12 +25,12 @@ models:
     source: hf://org/good
     profiles:
       - {name: l40s, priority: 1, engine: vllm, gpu_class: L40S, gpus_per_node: 1,
-         env: {HF_TOKEN: hf_secretvalue123}}
+         env: {SERVICE_API_KEY: hf_secretvalue123}}
   noexec:
     source: file:///srv/models/noexec.gguf
     profiles:
       - {name: l40s, priority: 1, engine: llama.cpp, gpu_class: L40S, gpus_per_node: 1,
-         env: {HF_TOKEN: hf_secretvalue123}}
+         env: {SERVICE_API_KEY: hf_secretvalue123}}
 """
 
 

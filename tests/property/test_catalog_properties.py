@@ -2,8 +2,8 @@
 
 1. Round trip: a generated valid catalog (models, aliases, fallbacks, replicas with
    min == max, max left out and min < max, profiles with every engine, GPU and CPU, one
-   and several nodes) dumped to YAML loads; the loaded catalog dumped again gives the
-   same YAML, which loads to an equal catalog.
+   and several nodes, tokens by reference on models and profiles) dumped to YAML loads;
+   the loaded catalog dumped again gives the same YAML, which loads to an equal catalog.
 2. Refusal: the same catalogs with one defect — replicas.min above replicas.max, an alias
    that breaks the name pattern, a fallback cycle, tensor_parallel × pipeline_parallel
    ≠ gpus_per_node × nodes — are refused with exactly that one problem: the file, the
@@ -20,7 +20,8 @@ import yaml
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from cli.catalog.load import Catalog, parse_catalog
+from cli.catalog.load import RESERVED_ENV, Catalog, parse_catalog
+from cli.catalog.schema import SECRET_ENV, TOKEN_SCHEMES
 from cli.errors import InputError, KeyPath
 
 PROPERTY_SETTINGS = settings(max_examples=150)
@@ -94,13 +95,20 @@ def profile_dicts(draw: st.DrawFn, name: str, priority: int) -> dict[str, Any]:
         if draw(st.integers(0, 3)) == 0:
             value = draw(values)
             if key == "env":
-                value = {
-                    k: v
-                    for k, v in value.items()
-                    if k not in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NCCL_IB_HCA")
-                }
+                value = {k: v for k, v in value.items() if k not in RESERVED_ENV | SECRET_ENV}
             profile[key] = value
     return profile
+
+
+TOKEN_REFS = st.sampled_from(
+    (
+        {"env": "HF_TOKEN"},
+        {"env": "_T2"},
+        {"file": "~/.hf-token"},
+        {"file": "secrets/hf token"},
+        {"var": "vault_hf_token"},
+    )
+).map(dict)  # a mapping of its own each time: YAML would write a shared one as an alias
 
 
 @dataclass(frozen=True)
@@ -133,6 +141,18 @@ def valid_catalogs(draw: st.DrawFn) -> Generated:
             profiles.append(draw(profile_dicts(profile_name, priority)))
         if any("source" not in p for p in profiles) or draw(st.booleans()):
             model["source"] = draw(st.sampled_from(SOURCES))
+        # Tokens where a source takes one: a profile's own, and its model's for the rest.
+        for profile in profiles:
+            source = profile.get("source", model.get("source", ""))
+            if source.startswith(TOKEN_SCHEMES) and draw(st.integers(0, 3)) == 0:
+                profile["token"] = draw(TOKEN_REFS)
+        inheriting = [
+            p for p in profiles if "token" not in p and p.get("source", model.get("source", ""))
+        ]
+        if any(
+            p.get("source", model.get("source", "")).startswith(TOKEN_SCHEMES) for p in inheriting
+        ) and draw(st.booleans()):
+            model["token"] = draw(TOKEN_REFS)
         if aliases[name]:
             model["aliases"] = aliases[name]
         # Fallbacks only to later models: no cycle. By name or by alias.
@@ -161,6 +181,14 @@ def dumped(catalog: Catalog) -> dict[str, Any]:
         data: dict[str, Any] = {}
         if shared:
             data["source"] = shared[0]
+        # The model's own token is the one its profiles got from their model.
+        inherited = [
+            p.token.ref
+            for p in model.profiles
+            if p.token is not None and p.token.path == ("models", name, "token")
+        ]
+        if inherited:
+            data["token"] = inherited[0].model_dump(exclude_none=True)
         if model.aliases:
             data["aliases"] = list(model.aliases)
         if model.fallbacks:
@@ -191,6 +219,10 @@ def features(data: dict[str, Any]) -> set[str]:
                 found.add("multi-node profile")
             if "gpus_per_node" not in profile:
                 found.add("CPU profile")
+            if "token" in profile:
+                found.add("profile token")
+        if "token" in model:
+            found.add("model token")
     return found
 
 
@@ -214,6 +246,14 @@ def test_a_valid_catalog_dumped_and_loaded_again_is_the_same_catalog(
         assert loaded.replicas_max == replicas.get("max", replicas["min"])
         for alias in model.get("aliases", []):
             assert first.resolve(alias) == name
+        # Each profile's token is its own, else its model's, where its source takes one.
+        for written in model["profiles"]:
+            profile = next(p for p in loaded.profiles if p.name == written["name"])
+            expected = written.get("token", model.get("token"))
+            if not profile.source.startswith(TOKEN_SCHEMES):
+                expected = None
+            got = profile.token
+            assert (got.ref.model_dump(exclude_none=True) if got else None) == expected
 
 
 def line_of(text: str, path: KeyPath) -> int:
@@ -351,7 +391,8 @@ def test_the_generators_reach_every_case_often_enough() -> None:
     collect()
     wanted = (
         "min == max", "min < max", "aliases", "fallbacks", "engine vllm", "engine sglang",
-        "engine llama.cpp", "multi-node profile", "CPU profile",
+        "engine llama.cpp", "multi-node profile", "CPU profile", "profile token",
+        "model token",
     )  # fmt: skip
     low = {f: seen.get(f, 0) / total for f in wanted if seen.get(f, 0) < 0.10 * total}
     assert not low, f"reached too rarely: {low}"
