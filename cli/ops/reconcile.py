@@ -7,6 +7,7 @@ the playbooks and, where the inventory has a `routers` group, keeps the routers 
 
 from __future__ import annotations
 
+import os
 import random
 import unicodedata
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from pathlib import Path
 from cli.catalog.load import Catalog
 from cli.ops.context import AppContext
 from cli.ops.fleet import Fleet, model_stores, rank_networks, serving_addresses
+from cli.ops.tokens import resolve_tokens
 from cli.reconcile.apply import Outcome, apply
 from cli.reconcile.ledger import ledger_path, load_ledger, save_ledger
 from cli.reconcile.planner import DRAINING, Plan, cordoned, plan
@@ -88,6 +90,12 @@ def apply_plan(
     With the `catalog` and an inventory group `routers`, the routers follow every change,
     and are brought up to date even when the plan is empty."""
     ledger = ledger_file(options, inventory_path)
+    # Every token the staging needs, read now: one that is missing is said (exit 2) before
+    # anything on a node has changed.
+    tokens = resolve_tokens(
+        [start.profile for start in the_plan.starts if any(j.token_key for j in start.stage)],
+        os.environ,
+    )
     # A model waiting out its backoff is short of replicas.min: not done (exit 1).
     complete = not (the_plan.unplaced or the_plan.waits or fleet.partial)
     deployer = None if catalog is None else router_deployer(options, fleet, inventory_path, on_run)
@@ -102,8 +110,18 @@ def apply_plan(
         routed = Outcome(ledger=dict(the_plan.ledger), route_failures=[] if why is None else [why])
         return Applied(lines, complete and why is None, routed)
     executor = AnsibleExecutor(
-        inventory_path, options.known_hosts(inventory_path), options.logs, on_run=on_run
-    )
+        inventory_path, options.known_hosts(inventory_path), options.logs, on_run=on_run,
+        token_values={
+            key: token.secret.get_secret_value()
+            for key, token in tokens.items()
+            if token.secret is not None
+        },
+        token_variables={
+            key: token.inventory_variable
+            for key, token in tokens.items()
+            if token.inventory_variable is not None
+        },
+    )  # fmt: skip
     rng = random.Random(the_plan.now.isoformat())  # the same inputs, the same backoffs
     outcome = apply(the_plan, executor, fleet.snapshot.now, rng, report, router)
     save_ledger(ledger, outcome.ledger)

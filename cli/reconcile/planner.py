@@ -516,6 +516,7 @@ def _start(
             _store(stores, s.node)[0] or DEFAULT_MODEL_STORE,
             store_directory(profile.source),
             None,
+            profile.key if profile.token is not None else None,
         )
         for s in shards
         if _store(stores, s.node)[1] and stages(profile.source, profile.spec.engine)

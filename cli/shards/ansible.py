@@ -160,8 +160,10 @@ def run_playbook(
     hosts: Sequence[str],
     log_dir: Path,
     known_hosts: Path,
+    secrets: Mapping[str, str] | None = None,
 ) -> PlaybookRun:
-    """Run playbook `name` on `hosts` (limited), and return what happened, per event."""
+    """Run playbook `name` on `hosts` (limited), and return what happened, per event.
+    `secrets`: environment variables the playbook looks up (tokens), for this run only."""
     started = time.monotonic()
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     run_dir = log_dir / f"{stamp}-{name.removesuffix('.yml')}"
@@ -184,6 +186,7 @@ def run_playbook(
             "ANSIBLE_RETRY_FILES_ENABLED": "False",
             "ANSIBLE_NOCOLOR": "1",
             "ANSIBLE_HOME": str(log_dir.parent / "ansible"),
+            **(secrets or {}),
         },
     )
     # mkdtemp: 0700, ours alone; the file in it 0600 before its first byte.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,13 @@ class AnsibleExecutor:
         known_hosts: Path,
         log_dir: Path,
         on_run: Callable[[PlaybookRun], None] = lambda _: None,
+        token_values: Mapping[str, str] | None = None,
+        token_variables: Mapping[str, str] | None = None,
     ) -> None:
+        """`token_values`: profile key → the token its weights are fetched with;
+        `token_variables`: profile key → the inventory variable that holds it."""
+        self.token_values = dict(token_values or {})
+        self.token_variables = dict(token_variables or {})
         self.inventory = inventory
         self.known_hosts = known_hosts
         self.log_dir = log_dir
@@ -73,26 +79,46 @@ class AnsibleExecutor:
 
     def stage(self, jobs: Sequence[StageJob]) -> dict[tuple[str, str], str]:
         by_host: dict[str, list[dict[str, Any]]] = {}
+        # A token goes to ansible-playbook in its environment, by a name that says nothing
+        # of it; the playbook hands it to the download task's environment, no_log. Never
+        # in the variables file, an argument or a log.
+        secrets: dict[str, str] = {}
+        names: dict[str, str] = {}
         for job in jobs:
+            token_env = token_var = None
+            if job.token_key in self.token_values:
+                value = self.token_values[job.token_key]
+                token_env = names.setdefault(value, f"MODELFLEET_STAGE_TOKEN_{len(names)}")
+                secrets[token_env] = value
+            elif job.token_key in self.token_variables:
+                token_var = self.token_variables[job.token_key]
             by_host.setdefault(job.node, []).append(
                 {
                     "source": job.source,
                     "store": job.store,
                     "directory": job.directory,
                     "timeout": job.timeout_seconds,
-                    "token_env": None,
-                    "token_var": None,
+                    "token_env": token_env,
+                    "token_var": token_var,
                 }
             )
         if not by_host:
             return {}
-        run = self._run("stage_weights.yml", {"modelfleet_stage": by_host}, list(by_host))
+        variables = {"modelfleet_stage": by_host}
+        run = self._run("stage_weights.yml", variables, list(by_host), secrets)
         return _failures(run, {(job.node, job.source) for job in jobs})
 
-    def _run(self, playbook: str, variables: dict[str, Any], hosts: list[str]) -> PlaybookRun:
+    def _run(
+        self,
+        playbook: str,
+        variables: dict[str, Any],
+        hosts: list[str],
+        secrets: Mapping[str, str] | None = None,
+    ) -> PlaybookRun:
         run = run_playbook(
-            playbook, self.inventory, variables, sorted(hosts), self.log_dir, self.known_hosts
-        )
+            playbook, self.inventory, variables, sorted(hosts), self.log_dir, self.known_hosts,
+            secrets,
+        )  # fmt: skip
         self.runs.append(run)
         self.on_run(run)
         return run

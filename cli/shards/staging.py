@@ -43,6 +43,7 @@ class StageJob:
     store: str  # the node's model store directory
     directory: str  # the source's directory under it (store_directory)
     size_bytes: int | None  # what it takes on disk, when known
+    token_key: str | None = None  # the profile (model/profile) whose token fetches it
 
     @property
     def timeout_seconds(self) -> int:

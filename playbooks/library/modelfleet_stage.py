@@ -21,8 +21,9 @@ Sources:
 - `file:///PATH`: nothing to download: the file must be there (a shared filesystem).
 
 Progress: `<store>/<directory>/.modelfleet-progress`, a JSON line rewritten at most once a
-second ({"bytes", "total", "state", "message"}), read by this module with `progress: true`
-while the download runs as an async task.
+second ({"bytes", "total", "state", "message"}), which ctl reads over SSH while the
+playbook runs. The token comes as a no_log option: Ansible masks it in every result and
+log, and sends it inside the module's payload on ssh's standard input.
 """
 
 from __future__ import annotations
@@ -70,10 +71,14 @@ options:
     description: Seconds without a byte before a download is abandoned.
     type: int
     default: 60
-  progress:
-    description: Only report the progress file of a download under way.
-    type: bool
-    default: false
+  deadline:
+    description: Seconds the whole download may take before it is a staging failure.
+    type: int
+    default: 129600
+  token:
+    description: The token for the hub (Bearer); never logged.
+    type: str
+    default: ""
 """
 
 MARKER = ".modelfleet-complete"
@@ -106,15 +111,18 @@ _OPENER = urllib.request.build_opener(_SameHostRedirects)
 class Progress:
     """The progress file: bytes done of the total, rewritten at most once a second."""
 
-    def __init__(self, directory: Path, total: int | None) -> None:
+    def __init__(self, directory: Path, total: int | None, deadline: float) -> None:
         self.path = directory / PROGRESS
         self.total = total
+        self.deadline = deadline
         self.done = 0
         self.written = 0.0
 
     def add(self, count: int, force: bool = False) -> None:
         self.done += count
         now = time.monotonic()
+        if now > self.deadline:
+            raise StageError(f"not done in time: {self.done} of {self.total or '?'} bytes")
         if force or now - self.written >= 1.0:
             self.write("running")
             self.written = now
@@ -264,6 +272,7 @@ def stored(directory: Path, source: str) -> int | None:
 def stage(
     source: str, store: Path, name: str, endpoint: str = "https://huggingface.co",
     revision: str = "main", token: str | None = None, timeout: int = 60,
+    deadline: int = 36 * 3600,
 ) -> dict[str, Any]:  # fmt: skip
     """Stage `source` under `store/name`; what the task returns."""
     if source.startswith("file://"):
@@ -295,7 +304,7 @@ def stage(
         jobs = [(source, target, None, None)]
     else:
         raise StageError(f"{source}: ctl stages hf://, https://, http:// and file:// sources")
-    progress = Progress(directory, total)
+    progress = Progress(directory, total, time.monotonic() + deadline)
     progress.write("running")
     try:
         size = 0
@@ -326,14 +335,6 @@ def _size(path: Path) -> int:
     return 0
 
 
-def read_progress(store: Path, name: str) -> dict[str, Any]:
-    try:
-        record = json.loads((store / name / PROGRESS).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        record = {"bytes": 0, "total": None, "state": "waiting", "message": ""}
-    return {"changed": False, "progress": record}
-
-
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -343,7 +344,8 @@ def main() -> None:
             "endpoint": {"type": "str", "default": "https://huggingface.co"},
             "revision": {"type": "str", "default": "main"},
             "timeout": {"type": "int", "default": 60},
-            "progress": {"type": "bool", "default": False},
+            "deadline": {"type": "int", "default": 36 * 3600},
+            "token": {"type": "str", "default": "", "no_log": True},
         },
         supports_check_mode=False,
     )
@@ -351,12 +353,10 @@ def main() -> None:
     store, name = Path(params["store"]), params["directory"]
     if "/" in name or name in ("", ".", ".."):
         module.fail_json(msg=f"not a directory name: {name!r}")
-    if params["progress"]:
-        module.exit_json(**read_progress(store, name))
     try:
         result = stage(
             params["source"], store, name, params["endpoint"], params["revision"],
-            os.environ.get("HF_TOKEN") or None, params["timeout"],
+            params["token"] or None, params["timeout"], params["deadline"],
         )  # fmt: skip
     except StageError as error:
         module.fail_json(msg=str(error))

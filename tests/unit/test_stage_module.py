@@ -172,9 +172,11 @@ def test_a_file_source_is_checked_for_presence_not_copied(hub: Hub, tmp_path: Pa
         stage(hub, tmp_path / "store", f"file://{tmp_path}/absent.gguf")
 
 
-def test_progress_is_read_back_while_a_download_runs(hub: Hub, tmp_path: Path) -> None:
+def test_a_download_past_its_deadline_is_a_staging_failure(hub: Hub, tmp_path: Path) -> None:
     store = tmp_path / "store"
-    name = store_directory(SOURCE)
-    assert stage_module.read_progress(store, name)["progress"]["state"] == "waiting"
-    stage(hub, store)
-    assert stage_module.read_progress(store, name)["progress"]["state"] == "done"
+    with pytest.raises(StageError, match=r"^not done in time: \d+ of \d+ bytes$"):
+        stage_module.stage(SOURCE, store, store_directory(SOURCE), hub.endpoint, deadline=-1)
+    directory = store / store_directory(SOURCE)
+    assert not (directory / ".modelfleet-complete").exists()
+    progress = json.loads((directory / ".modelfleet-progress").read_text())
+    assert progress["state"] == "failed"
