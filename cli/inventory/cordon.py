@@ -33,7 +33,8 @@ from typing import Literal
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode
 
 from cli.errors import InputError
-from cli.inventory.load import SourceText, expand_host_pattern, inventory_from_texts
+from cli.inventory.load import SourceText, inventory_from_texts
+from cli.inventory.patterns import expand_host_pattern
 from cli.inventory.schema import NO_CORDON_REASON, Host
 from cli.inventory.splice import (
     CTL_HEADER,

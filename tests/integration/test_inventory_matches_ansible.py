@@ -55,7 +55,7 @@ def ansible_list(
         "ANSIBLE_CONFIG": str(config),
         "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
         "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
-        "ANSIBLE_INVENTORY_ENABLED": "yaml",
+        "ANSIBLE_INVENTORY_ENABLED": "yaml,ini",  # the forms ctl reads, in Ansible's order
         "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "true",
         "ANSIBLE_INVENTORY_UNPARSED_FAILED": "true",
         "ANSIBLE_NOCOLOR": "1",

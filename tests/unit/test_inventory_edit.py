@@ -401,7 +401,7 @@ def test_a_value_ctl_cannot_safely_replace_is_left_for_the_operator(
 
 def test_an_ini_inventory_is_refused(tmp_path: Path) -> None:
     (tmp_path / "hosts").write_text("[gpu]\nhgx-1\n")
-    with pytest.raises(InputError, match=rf"{tmp_path}/hosts:.*YAML form only"):
+    with pytest.raises(InputError, match=rf"^{tmp_path}/hosts: an INI inventory: ctl edits YAML"):
         cordon_node(tmp_path / "hosts", "hgx-1", "x")
 
 
