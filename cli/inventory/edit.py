@@ -30,7 +30,6 @@ from cli.inventory.load import (
     load_inventory,
     parse_sources,
     read_sources,
-    source_form,
     vars_texts,
 )
 from cli.inventory.schema import Inventory
@@ -41,11 +40,6 @@ def read_texts(inventory: Path, node: str) -> InventoryTexts:
     """What `load_inventory` reads, as texts, and where `node`'s own variables go."""
     sources = read_sources(inventory)
     tree = parse_sources(sources)
-    for source in sources:
-        if source_form(source) == "ini":
-            raise InputError.single(
-                source.file, None, (), "an INI inventory: ctl edits YAML inventories only"
-            )
     base = inventory_base(inventory)
     problems: list[InputProblem] = []
     group_vars = {

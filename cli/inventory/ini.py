@@ -273,17 +273,17 @@ def _edit(text: str, number: int, key: str, value: str | None) -> str:
     except ValueError as error:
         raise IniError(number, f"cannot split the host line: {error}") from None
     if alone != [[word] for word in split]:  # our word boundaries are shlex's
-        raise IniError(number, f"ctl cannot find the words of this line: edit {key} by hand")
+        raise IniError(number, "ctl cannot find the words of this host line: edit it by hand")
     at = [index for index, word in enumerate(split) if index and word.partition("=")[0] == key]
     if len(at) > 1:
-        raise IniError(number, f"{key} is written {len(at)} times on this line: edit it by hand")
+        raise IniError(number, f"is written {len(at)} times on this host line: edit it by hand")
     expected = list(split)
     if at:
         start, end = spans[at[0]]
         old = split[at[0]].partition("=")[2]
         if "{{" in old or "{%" in old:
             raise IniError(
-                number, f"{key} is a Jinja template, which ctl does not render: edit it by hand"
+                number, "is a Jinja template, which ctl does not render: edit it by hand"
             )
         if value is None:
             body = body[: spans[at[0] - 1][1]] + body[end:]
@@ -297,7 +297,7 @@ def _edit(text: str, number: int, key: str, value: str | None) -> str:
         expected.append(f"{key}={shlex.split(value)[0]}")
     if shlex.split(body, comments=True) != expected:
         raise IniError(
-            number, f"ctl cannot change {key} here without changing more: edit it by hand"
+            number, "ctl cannot change it here without changing more of the line: edit it by hand"
         )
     lines[number - 1] = body + ending
     return "".join(lines)

@@ -213,10 +213,12 @@ def read_form(source: SourceText, known: Container[str]) -> Reading:
     if any(not problem.message.startswith("invalid YAML") for problem in problems):
         return Reading("none", problems=tuple(problems))  # YAML, but beyond our bounds
     ini = _read_ini(source, known)
+    if doc is not None and doc.data is None and not (ini.ops and not ini.problems):
+        # Nothing but comments (or `---`): no hosts in either form, and no form to edit it
+        # in (Ansible warns it read nothing).
+        return Reading("none")
     if not ini.problems:
         return ini
-    if doc is not None and doc.data is None:
-        return Reading("none")  # an empty YAML file: no hosts (Ansible warns it read nothing)
     if doc is not None:
         kind = yaml_kind(doc.data)
         problems = [doc.problem((), f"an inventory is a mapping of groups (all: ...), not {kind}")]
@@ -241,9 +243,15 @@ class _EveryGroup:
         return True
 
 
+def read_alone(source: SourceText) -> Reading:
+    """`source` read as Ansible would, without the sources before it (for an inventory
+    already read whole: editors splice YAML and INI differently)."""
+    return read_form(source, _EveryGroup())
+
+
 def source_form(source: SourceText) -> Form:
-    """The form Ansible reads `source` in (editors splice YAML and INI differently)."""
-    return read_form(source, _EveryGroup()).form
+    """The form Ansible reads `source` in."""
+    return read_alone(source).form
 
 
 def _read_ini(source: SourceText, known: Container[str]) -> Reading:
