@@ -43,7 +43,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any, Literal
@@ -199,6 +199,12 @@ def read_form(source: SourceText, known: Container[str]) -> Reading:
         return _refused(file, None, "a TOML inventory is not read")
     if source.text.startswith("#!"):
         return _refused(file, 1, "an inventory script is not read")
+    if is_vaulted(source):
+        message = (
+            "encrypted with ansible-vault: ctl reads it given the password"
+            " (--vault-password-file, ANSIBLE_VAULT_PASSWORD_FILE), and never edits it"
+        )
+        return Reading("none", problems=(InputProblem(file, 1, (), message),))
     if suffix and suffix not in YAML_EXTENSIONS:
         return _read_ini(source, known)
     problems: list[InputProblem] = []
@@ -357,19 +363,26 @@ def _host(name: str, groups: tuple[str, ...], merged: Mapping[str, _Var]) -> Hos
 VAULT_HEADER = "$ANSIBLE_VAULT;"  # a file ansible-vault encrypted whole
 
 
+def is_vaulted(source: SourceText) -> bool:
+    """Encrypted whole by ansible-vault (its header on the first line)."""
+    return source.text.lstrip().startswith(VAULT_HEADER)
+
+
 def _read_vars_files(
     files: Sequence[SourceText], problems: list[InputProblem], skipped: list[str]
 ) -> dict[str, _Var]:
     """group_vars or host_vars files for one name, merged in order (later replaces earlier).
 
-    A Vault-encrypted file is left out and said in `skipped`: ctl decrypts nothing and reads
-    no secret (Ansible, given the password, would read it; ctl's own keys never need one)."""
+    A Vault-encrypted file still encrypted (load_inventory was given no password) is left
+    out and said in `skipped`: Ansible, given the password, would read it, and ctl's own
+    keys never need one."""
     merged: dict[str, _Var] = {}
     for source in files:
-        if source.text.lstrip().startswith(VAULT_HEADER):
+        if is_vaulted(source):
             skipped.append(
                 f"{source.file}: encrypted with ansible-vault; ctl reads no variable from it"
-                " (write labels, fabrics, cordoned and the rest of ctl's keys in a plain file)"
+                " (give ctl the password with --vault-password-file, or write labels,"
+                " fabrics, cordoned and the rest of ctl's keys in a plain file)"
             )
             continue
         doc = _parse(source, problems)
@@ -688,20 +701,35 @@ def _key(key: Any) -> str | int:
 # --- the I/O half -------------------------------------------------------------------------
 
 
-def load_inventory(path: Path) -> Inventory:
+def load_inventory(path: Path, decrypt: Callable[[str, str], str] | None = None) -> Inventory:
     """Read the inventory at `path` (a file or a directory, as `ansible-inventory -i` takes).
 
-    Raises InputError naming the file, line and key of every problem found.
+    `decrypt` (file, text) → text opens files ansible-vault encrypted whole, as Ansible does
+    given the password (cli/edges/vault.py); without it such a variables file is skipped
+    with a warning, and such an inventory source refused. Raises InputError naming the file,
+    line and key of every problem found.
     """
-    files = read_sources(path)
+    files = [_opened(source, decrypt) for source in read_sources(path)]
     tree = parse_sources(files)
     problems: list[InputProblem] = []
     base = inventory_base(path)
-    group_vars = {name: vars_texts(base / "group_vars", name, problems) for name in tree.groups}
-    host_vars = {name: vars_texts(base / "host_vars", name, problems) for name in tree.hosts}
+    group_vars = {
+        name: [_opened(text, decrypt) for text in vars_texts(base / "group_vars", name, problems)]
+        for name in tree.groups
+    }
+    host_vars = {
+        name: [_opened(text, decrypt) for text in vars_texts(base / "host_vars", name, problems)]
+        for name in tree.hosts
+    }
     if problems:
         raise InputError(problems)
     return resolve(tree, str(path), group_vars, host_vars)
+
+
+def _opened(source: SourceText, decrypt: Callable[[str, str], str] | None) -> SourceText:
+    if decrypt is None or not is_vaulted(source):
+        return source
+    return SourceText(source.file, decrypt(source.file, source.text))
 
 
 def read_sources(path: Path) -> tuple[SourceText, ...]:
