@@ -783,6 +783,14 @@ ERRORS: list[tuple[str, dict[str, str], list[str]]] = [
         ["hosts.ini:7: n[1:100000]: the inventory names hosts more than 500,000 times"],
     ),
     (
+        "an INI value too long for Python's parser to read safely is refused",
+        {"hosts.ini": lines("[gpu]", "h1 labels=[" + "1," * 35_000 + "]")},
+        [
+            "hosts.ini:2: a value of 70,002 characters, more than 65,536: refused before"
+            " Python's parser reads it"
+        ],
+    ),
+    (
         "a file without extension read as neither INI nor YAML says both",
         {"hosts": lines("- h1", "- h2")},
         [
