@@ -16,10 +16,15 @@ a host range's) cordon would still apply, it writes `cordoned: false` at host le
 (rules 1-4): removing the group's cordon would uncordon its other hosts too. A file ctl
 created is deleted once nothing but comments is left in it.
 
+In an INI source a host line is an entry, and `:vars` sections are a group's variables:
+the same rules hold, the edit being one `cordoned=...` word of one host line
+(cli/inventory/ini.py), so INI line numbers never move; a range's line takes no one host's
+variables (rule 4 then).
+
 Pure: `locate`, `plan_cordon` and `plan_uncordon` take the inventory's texts and return a
 plan, checked with the loader's own pure reader before any file is touched; the edits are
-spliced with cli/inventory/splice.py, and written by cli/inventory/edit.py. About 460
-lines: the four rules above and uncordon's reverse of them read the same places, kept in
+spliced with cli/inventory/splice.py (YAML) or ini.py (INI), and written by
+cli/inventory/edit.py. About 520 lines: the four rules above and uncordon's reverse of them read the same places, kept in
 one module so that a rule changed in one direction is seen changed in the other.
 """
 
