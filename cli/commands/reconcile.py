@@ -120,7 +120,10 @@ def drain(
     with fleet_lock(context, inventory):  # the cordon and the pass, as one change
         if host.vars.cordoned is None:
             with console.input_errors():
-                console.out.print(cordon_node(inventory, node, reason), markup=False)
+                console.out.print(
+                    cordon_node(inventory, node, reason, app_context(context).decrypt()),
+                    markup=False,
+                )
         code = reconcile_pass(context, catalog, inventory, None, dry_run, evict, force, reason)
     raise SystemExit(code)
 

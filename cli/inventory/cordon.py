@@ -24,8 +24,9 @@ variables (rule 4 then).
 Pure: `locate`, `plan_cordon` and `plan_uncordon` take the inventory's texts and return a
 plan, checked with the loader's own pure reader before any file is touched; the edits are
 spliced with cli/inventory/splice.py (YAML) or ini.py (INI), and written by
-cli/inventory/edit.py. About 520 lines: the four rules above and uncordon's reverse of them read the same places, kept in
-one module so that a rule changed in one direction is seen changed in the other.
+cli/inventory/edit.py. About 520 lines: the four rules above and uncordon's reverse of
+them read the same places, kept in one module so that a rule changed in one direction is
+seen changed in the other.
 """
 
 from __future__ import annotations

@@ -361,6 +361,7 @@ def _host(name: str, groups: tuple[str, ...], merged: Mapping[str, _Var]) -> Hos
 
 
 VAULT_HEADER = "$ANSIBLE_VAULT;"  # a file ansible-vault encrypted whole
+Decrypt = Callable[[str, str], str]  # (file, its vaulted text) → its plain text
 
 
 def is_vaulted(source: SourceText) -> bool:
@@ -701,7 +702,7 @@ def _key(key: Any) -> str | int:
 # --- the I/O half -------------------------------------------------------------------------
 
 
-def load_inventory(path: Path, decrypt: Callable[[str, str], str] | None = None) -> Inventory:
+def load_inventory(path: Path, decrypt: Decrypt | None = None) -> Inventory:
     """Read the inventory at `path` (a file or a directory, as `ansible-inventory -i` takes).
 
     `decrypt` (file, text) → text opens files ansible-vault encrypted whole, as Ansible does
@@ -726,7 +727,7 @@ def load_inventory(path: Path, decrypt: Callable[[str, str], str] | None = None)
     return resolve(tree, str(path), group_vars, host_vars)
 
 
-def _opened(source: SourceText, decrypt: Callable[[str, str], str] | None) -> SourceText:
+def _opened(source: SourceText, decrypt: Decrypt | None) -> SourceText:
     if decrypt is None or not is_vaulted(source):
         return source
     return SourceText(source.file, decrypt(source.file, source.text))

@@ -289,3 +289,22 @@ def test_a_wrong_vault_password_exits_2_naming_the_file(tmp_path: Path) -> None:
         f" {password} does not open it\n"
     )
     assert "horse" not in done.stderr.replace(str(password), "")
+
+
+def test_cordon_sees_vaulted_files_as_the_fleet_commands_do_and_edits_none(
+    tmp_path: Path,
+) -> None:
+    inventory, password = vaulted_inventory(tmp_path)
+    hosts, secrets = inventory / "hosts.yml", inventory / "group_vars" / "gpu" / "20-secrets.yml"
+    before = {path: path.read_bytes() for path in (hosts, secrets)}
+    for command in (["uncordon", "h1"], ["cordon", "h1", "--reason", "fan"]):
+        done = ctl("--vault-password-file", str(password), *command, "-i", str(inventory))
+        assert (done.returncode, done.stdout) == (2, "")
+        assert done.stderr == (  # the cordon ctl nodes shows, and ctl cannot splice
+            f"error: {secrets}: cordoned: the cordon of h1 is in this file, encrypted with"
+            " ansible-vault: change it with ansible-vault edit\n"
+        )
+    done = ctl("uncordon", "h1", "-i", str(inventory))  # no password: the hosts file is shut
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith(f"error: {hosts}:1: encrypted with ansible-vault:")
+    assert {path: path.read_bytes() for path in (hosts, secrets)} == before
