@@ -778,9 +778,9 @@ ERRORS: list[tuple[str, dict[str, str], list[str]]] = [
         ],
     ),
     (
-        "an inventory naming hosts more than 500,000 times in all is refused",
-        {"hosts.ini": lines("[gpu]", *["n[1:100000]"] * 6)},
-        ["hosts.ini:7: n[1:100000]: the inventory names hosts more than 500,000 times"],
+        "an inventory naming hosts more than 200,000 times in all is refused",
+        {"hosts.ini": lines("[gpu]", *["n[1:100000]"] * 3)},
+        ["hosts.ini:4: n[1:100000]: the inventory names hosts more than 200,000 times"],
     ),
     (
         "an INI value too long for Python's parser to read safely is refused",
