@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -91,6 +92,14 @@ def settings(
             help="Seconds to wait for another ctl that is changing the same fleet.",
         ),
     ] = 60.0,
+    vault_password_file: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="ANSIBLE_VAULT_PASSWORD_FILE",
+            help="Open the inventory's ansible-vault encrypted files with the password in this"
+            " file (as Ansible reads it); without one they are skipped with a warning.",
+        ),
+    ] = None,
     _version: Annotated[
         bool,
         typer.Option(
@@ -110,7 +119,12 @@ def settings(
         parallel=parallel,
         lost_after=parse_duration(lost_after),
         lock_timeout=lock_timeout,
+        vault_password_file=vault_password_file,
     )
+    if vault_password_file is not None:
+        # ansible-playbook reads the same inventory: it gets the file's path the way Ansible
+        # takes it from an operator, in its environment, never the password on its argv.
+        os.environ["ANSIBLE_VAULT_PASSWORD_FILE"] = str(vault_password_file.absolute())
 
 
 app.command("place")(place.place)

@@ -30,12 +30,13 @@ def cordon(
     --lock-timeout. Exit code 0 when written, 1 when the other ctl still holds the fleet
     then, 2 on bad input; on 1 and 2 nothing is changed.
     """
+    from cli.commands.inputs import app_context
     from cli.commands.locking import fleet_lock
     from cli.inventory.edit import cordon_node
     from cli.ui import console
 
     with console.input_errors(), fleet_lock(context, inventory):
-        said = cordon_node(inventory, node, reason)
+        said = cordon_node(inventory, node, reason, app_context(context).decrypt())
     console.out.print(said, markup=False, soft_wrap=True)
 
 
@@ -51,10 +52,11 @@ def uncordon(
     for, up to ctl's --lock-timeout. Exit code 0 when done (or it was not cordoned), 1 when
     the other ctl still holds the fleet then, 2 on bad input; on 1 and 2 nothing is changed.
     """
+    from cli.commands.inputs import app_context
     from cli.commands.locking import fleet_lock
     from cli.inventory.edit import uncordon_node
     from cli.ui import console
 
     with console.input_errors(), fleet_lock(context, inventory):
-        said = uncordon_node(inventory, node)
+        said = uncordon_node(inventory, node, app_context(context).decrypt())
     console.out.print(said, markup=False, soft_wrap=True)

@@ -93,7 +93,7 @@ def read_fleet(
         else:
             from cli.inventory.load import load_inventory
 
-            hosts = len(load_inventory(inventory_path).hosts)
+            hosts = len(load_inventory(inventory_path, options.decrypt()).hosts)
             with gather_progress(hosts) as progress:
                 fleet = load_fleet(options, inventory_path, None, progress)
     # A snapshot's unreached nodes come as warnings "NAME: why": the same fact.

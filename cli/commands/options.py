@@ -19,7 +19,7 @@ InventoryOption = Annotated[
         "--inventory",
         "-i",
         envvar="MODELFLEET_INVENTORY",
-        help="The Ansible inventory: a YAML file or a directory.",
+        help="The Ansible inventory: a YAML or INI file, or a directory.",
     ),
 ]
 FactsOption = Annotated[

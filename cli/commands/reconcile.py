@@ -102,13 +102,13 @@ def drain(
     is left running (exit code 1) unless --force. --dry-run shows the plan drain carries
     out. The pass also does whatever else reconcile would. Exit code 0 when all of it was
     done, 1 when something could not be (as reconcile's), 2 on bad input (an unknown node)."""
-    from cli.commands.inputs import require_tools
+    from cli.commands.inputs import app_context, require_tools
     from cli.inventory.edit import cordon_node
     from cli.inventory.load import load_inventory
     from cli.ui import console
 
     with console.input_errors():
-        host = load_inventory(inventory).find(node)
+        host = load_inventory(inventory, app_context(context).decrypt()).find(node)
     if not dry_run:
         require_tools("ansible-playbook")  # before the cordon is written
     evict = frozenset({node})
@@ -120,7 +120,10 @@ def drain(
     with fleet_lock(context, inventory):  # the cordon and the pass, as one change
         if host.vars.cordoned is None:
             with console.input_errors():
-                console.out.print(cordon_node(inventory, node, reason), markup=False)
+                console.out.print(
+                    cordon_node(inventory, node, reason, app_context(context).decrypt()),
+                    markup=False,
+                )
         code = reconcile_pass(context, catalog, inventory, None, dry_run, evict, force, reason)
     raise SystemExit(code)
 

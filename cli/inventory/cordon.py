@@ -16,16 +16,22 @@ a host range's) cordon would still apply, it writes `cordoned: false` at host le
 (rules 1-4): removing the group's cordon would uncordon its other hosts too. A file ctl
 created is deleted once nothing but comments is left in it.
 
+In an INI source a host line is an entry, and `:vars` sections are a group's variables:
+the same rules hold, the edit being one `cordoned=...` word of one host line
+(cli/inventory/ini.py), so INI line numbers never move; a range's line takes no one host's
+variables (rule 4 then).
+
 Pure: `locate`, `plan_cordon` and `plan_uncordon` take the inventory's texts and return a
 plan, checked with the loader's own pure reader before any file is touched; the edits are
-spliced with cli/inventory/splice.py, and written by cli/inventory/edit.py. About 460
-lines: the four rules above and uncordon's reverse of them read the same places, kept in
-one module so that a rule changed in one direction is seen changed in the other.
+spliced with cli/inventory/splice.py (YAML) or ini.py (INI), and written by
+cli/inventory/edit.py. About 520 lines: the four rules above and uncordon's reverse of
+them read the same places, kept in one module so that a rule changed in one direction is
+seen changed in the other.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -33,7 +39,17 @@ from typing import Literal
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode
 
 from cli.errors import InputError
-from cli.inventory.load import SourceText, expand_host_pattern, inventory_from_texts
+from cli.inventory.ini import (
+    IniError,
+    IniGroupVar,
+    IniHosts,
+    IniOp,
+    ini_literal,
+    remove_host_var,
+    set_host_var,
+)
+from cli.inventory.load import SourceText, inventory_from_texts, read_alone
+from cli.inventory.patterns import expand_host_pattern
 from cli.inventory.schema import NO_CORDON_REASON, Host
 from cli.inventory.splice import (
     CTL_HEADER,
@@ -102,6 +118,7 @@ class Entry:
     pattern: str
     alone: bool  # names this host only: no range
     takes_vars: bool  # its value is a mapping or empty, so variables can be added inline
+    line: int | None = None  # an INI host line's number (its path is that number)
 
 
 @dataclass(frozen=True)
@@ -115,6 +132,10 @@ def locate(texts: InventoryTexts, node: str, groups: Sequence[str]) -> Located:
     entries: list[Entry] = []
     cordons: list[Place] = []
     for source in texts.sources:
+        reading = read_alone(source)
+        if reading.form == "ini":
+            _walk_ini(source.file, reading.ops, node, set(groups), entries, cordons)
+            continue
         walker = _Walker(source.file, node, set(groups), entries, cordons)
         for visit in group_visits(compose(source.text, source.file)):
             walker.visit(visit)
@@ -170,6 +191,28 @@ class _Walker:
                 scope: Scope = "host" if alone else "range"
                 name = self.node if alone else key.value
                 self.cordons.append(_place(self.file, (*path, key.value), pair[0], scope, name))
+
+
+def _walk_ini(
+    file: str,
+    ops: Sequence[IniOp],
+    node: str,
+    groups: set[str],
+    entries: list[Entry],
+    cordons: list[Place],
+) -> None:
+    """What concerns one host in an INI source: its host lines, and `cordoned` in the
+    `:vars` sections of its groups. A place's path is its line (INI edits keep lines)."""
+    for op in ops:
+        if isinstance(op, IniGroupVar) and op.group in groups and op.key == KEY:
+            cordons.append(Place(file, (str(op.line),), op.line, "group", op.group))
+        elif isinstance(op, IniHosts) and node in op.names:
+            alone = op.names == (node,) and node in op.pattern
+            entries.append(Entry(file, (str(op.line),), op.pattern, alone, True, op.line))
+            if any(key == KEY for key, _ in op.vars):
+                scope: Scope = "host" if alone else "range"
+                name = node if alone else op.pattern
+                cordons.append(Place(file, (str(op.line),), op.line, scope, name))
 
 
 def _names(pattern: str) -> list[str]:
@@ -247,7 +290,7 @@ def plan_cordon(texts: InventoryTexts, host: Host, reason: str) -> Plan:
         message = f"{node} is already cordoned: {quote(reason)} ({own.where})"
         return Plan(node, (), reason, host.origin(KEY), message)
     files = _Files(texts)
-    created = _write_host_level(files, located, effective, own, node, quote(reason))
+    created = _write_host_level(files, located, effective, own, node, reason)
     view = files.view()
     after, origin = _evaluate(view, node)
     if after != reason:
@@ -287,7 +330,7 @@ def plan_uncordon(texts: InventoryTexts, host: Host) -> Plan:
     target = effective if effective is not None and effective.scope == "host" else None
     files = _Files(texts)
     _remove(files, [place for place in own if place != target])
-    created = _write_host_level(files, located, shared, target, node, "false")
+    created = _write_host_level(files, located, shared, target, node, False)
     view = files.view()
     after, origin = _evaluate(view, node)
     if after is not None:
@@ -306,7 +349,39 @@ def plan_uncordon(texts: InventoryTexts, host: Host) -> Plan:
 
 def _remove(files: _Files, places: Sequence[Place]) -> None:
     for place in places:
-        files.set(place.file, remove_key(files.text(place.file), place.file, place.path, key=KEY))
+        text = files.text(place.file)
+        if place.file in files.ini:
+            assert place.line is not None  # an INI place is a line
+            files.set(place.file, _ini_edit(place.file, place.line, remove_host_var, text))
+        else:
+            files.set(place.file, remove_key(text, place.file, place.path, key=KEY))
+
+
+def _put(
+    files: _Files, file: str, path: Sequence[str], line: int | None, value: str | bool
+) -> None:
+    """`cordoned` set to `value` in the mapping at `path` (YAML) or on host line `line` (INI)."""
+    text = files.text(file)
+    if file in files.ini:
+        assert line is not None  # an INI place is a line
+
+        def edit(text: str, line: int, key: str) -> str:
+            return set_host_var(text, line, key, ini_literal(value))
+
+        files.set(file, _ini_edit(file, line, edit, text))
+    else:
+        files.set(file, set_key(text, file, path, _yaml(value), key=KEY))
+
+
+def _ini_edit(file: str, line: int, edit: Callable[[str, int, str], str], text: str) -> str:
+    try:
+        return edit(text, line, KEY)
+    except IniError as error:
+        raise InputError.single(file, error.line, (KEY,), error.message) from None
+
+
+def _yaml(value: str | bool) -> str:
+    return quote(value) if isinstance(value, str) else str(value).lower()
 
 
 def _relocated(place: Place, view: InventoryTexts, host: Host) -> Place:
@@ -328,32 +403,28 @@ def _write_host_level(
     effective: Place | None,
     target: Place | None,
     node: str,
-    value: str,
+    value: str | bool,
 ) -> str:
     """Write `cordoned: VALUE` at host level by rules 1-4; returns a note when a file is new."""
     texts = files.base
     if target is not None:  # 1: where the host's own cordon is written
-        files.set(
-            target.file, set_key(files.text(target.file), target.file, target.path, value, key=KEY)
-        )
+        _put(files, target.file, target.path, target.line, value)
         return ""
     if files.exists(texts.vars_file):  # 2: its host_vars file
-        text = files.text(texts.vars_file)
-        files.set(texts.vars_file, set_key(text, texts.vars_file, (), value, key=KEY))
+        _put(files, texts.vars_file, (), None, value)
         return ""
     first = located.entries[0] if located.entries else None
     inline = first is not None and first.alone and first.takes_vars and first.path is not None
     outranks = effective is None or effective.scope == "group"  # host entries outrank groups
     if texts.vars_dir is None and inline and outranks and first and first.path is not None:
         # 3: inline, where the host is first named
-        files.set(
-            first.file, set_key(files.text(first.file), first.file, first.path, value, key=KEY)
-        )
+        _put(files, first.file, first.path, first.line, value)
         return ""
     if texts.vars_dir is not None:  # 2, in its host_vars directory; or else 4
         why = f"The cordon of {node}, beside its other host variables."
     elif first is not None and not first.alone:
-        why = f"The inventory names {node} only through the host range {first.pattern}."
+        how = "first" if any(entry.alone for entry in located.entries) else "only"
+        why = f"The inventory names {node} {how} through the host range {first.pattern}."
     elif inline and effective is not None:
         why = f"Here it outranks the cordon set for {effective.owner}."
     else:
@@ -363,7 +434,7 @@ def _write_host_level(
         f"# {why}\n"
         "# ctl uncordon deletes this file when nothing else is left in it.\n"
     )
-    files.set(texts.vars_file, f"{header}{KEY}: {value}\n")
+    files.set(texts.vars_file, f"{header}{KEY}: {_yaml(value)}\n")
     return ", new file"
 
 
@@ -399,6 +470,7 @@ class _Files:
     def __init__(self, texts: InventoryTexts) -> None:
         self.base = texts
         self.read: dict[str, str] = {s.file: s.text for s in (*texts.sources, *texts.host_vars)}
+        self.ini = {s.file for s in texts.sources if read_alone(s).form == "ini"}
         self.changed: dict[str, str | None] = {}
 
     def current(self, file: str) -> str | None:

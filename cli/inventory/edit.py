@@ -26,13 +26,16 @@ from cli.inventory.cordon import (
     reason_problem,
 )
 from cli.inventory.load import (
+    Decrypt,
+    SourceText,
     inventory_base,
+    is_vaulted,
     load_inventory,
     parse_sources,
     read_sources,
     vars_texts,
 )
-from cli.inventory.schema import Inventory
+from cli.inventory.schema import Host, Inventory
 from cli.inventory.splice import quote
 
 
@@ -61,33 +64,55 @@ def read_texts(inventory: Path, node: str) -> InventoryTexts:
     return InventoryTexts(str(inventory), sources, group_vars, host_vars, vars_file, vars_dir)
 
 
-def cordon_node(inventory: Path, node: str, reason: str) -> str:
-    """Cordon `node` in the inventory at `inventory`; returns the line that says what changed."""
+def cordon_node(inventory: Path, node: str, reason: str, decrypt: Decrypt | None = None) -> str:
+    """Cordon `node` in the inventory at `inventory`; returns the line that says what changed.
+
+    `decrypt` opens vaulted files as the fleet's commands open them (load_inventory), so
+    that what is edited is the cordon they see."""
     problem = reason_problem(reason)
     if problem is not None:
         raise InputError.single("--reason", None, (), problem)
-    before = load_inventory(inventory)
+    before = load_inventory(inventory, decrypt)
     host = before.find(node)
+    _refuse_vaulted_cordon(host)
     plan = plan_cordon(read_texts(inventory, node), host, reason)
-    return commit(plan, inventory, before)
+    return commit(plan, inventory, before, decrypt)
 
 
-def uncordon_node(inventory: Path, node: str) -> str:
+def uncordon_node(inventory: Path, node: str, decrypt: Decrypt | None = None) -> str:
     """Uncordon `node`; returns the line that says what changed (or that nothing had to)."""
-    before = load_inventory(inventory)
+    before = load_inventory(inventory, decrypt)
     host = before.find(node)
+    _refuse_vaulted_cordon(host)
     plan = plan_uncordon(read_texts(inventory, node), host)
-    return commit(plan, inventory, before)
+    return commit(plan, inventory, before, decrypt)
 
 
-def commit(plan: Plan, inventory: Path, before: Inventory) -> str:
+def _refuse_vaulted_cordon(host: Host) -> None:
+    """ctl splices plain text only: a cordon read from a vaulted file is the operator's."""
+    origin = host.origin(KEY)
+    if origin is None:
+        return
+    file, _ = origin
+    text = Path(file).read_text(encoding="utf-8", errors="replace")
+    if is_vaulted(SourceText(file, text)):
+        raise InputError.single(
+            file,
+            None,
+            (KEY,),
+            f"the cordon of {host.name} is in this file, encrypted with ansible-vault:"
+            " change it with ansible-vault edit",
+        )
+
+
+def commit(plan: Plan, inventory: Path, before: Inventory, decrypt: Decrypt | None = None) -> str:
     """Write the plan's files, reload, and restore them all unless the result is the plan's."""
     if not plan.edits:
         return plan.message
 
     def verify() -> Inventory:
         try:
-            after = load_inventory(inventory)
+            after = load_inventory(inventory, decrypt)
         except InputError as error:
             raise noted(error, " (after the edit; the original files are restored)") from None
         problem = _mismatch(plan, before, after)

@@ -1,4 +1,4 @@
-"""Read an Ansible YAML inventory the way `ansible-inventory -i PATH --list` does.
+"""Read an Ansible inventory the way `ansible-inventory -i PATH --list` does.
 
 Two halves. The pure half (`parse_sources`, `resolve`, `inventory_from_texts`) takes texts
 already read and returns an `Inventory`; it never touches a file. The I/O half
@@ -8,9 +8,10 @@ What is Ansible's, followed as written in ansible-core 2.19 with its default set
 
 - Sources: a file, or a directory whose entries (sorted, recursively) are each a source,
   skipping hidden names, group_vars/, host_vars/, vars_plugins/ and the extensions Ansible
-  ignores by default (INVENTORY_IGNORE_EXTS). Only the YAML form is read (.yml, .yaml, .json
-  or no extension); anything else (INI, scripts, plugin configurations) is refused, where
-  Ansible would have tried another plugin.
+  ignores by default (INVENTORY_IGNORE_EXTS). Each is read in the form Ansible's plugins
+  would read it (`read_form`): YAML (.yml, .yaml, .json or no extension, when it is a
+  mapping) or INI (cli/inventory/ini.py: any other name, and what YAML does not read);
+  scripts, TOML and plugin configurations are refused, where Ansible would run them.
 - Structure: top-level keys are groups; a group has `hosts`, `vars` and `children`; a child
   group may sit under several parents; host keys may carry ranges (`hgx-[01:08]`,
   `node-[a:c]`, `n[0:10:2]`) and a port (`host:2222`, which sets ansible_port).
@@ -32,26 +33,26 @@ they are written, even where a higher-precedence value hides them, so an error p
 the line that has it. Values are not templated (ansible-inventory --list does not either):
 a Jinja expression in one of those keys is refused rather than used as a literal.
 
-About 720 lines: Ansible's reading rules are one thing (where a variable comes from
+About 800 lines: Ansible's reading rules are one thing (where a variable comes from
 decides what wins), and the test that holds them to `ansible-inventory --list`
 (tests/integration/test_inventory_matches_ansible.py) reads them in one place.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import re
-import string
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
 from cli.errors import InputError, InputProblem, KeyPath, near_miss
+from cli.inventory.ini import IniChild, IniError, IniGroup, IniGroupVar, IniOp, parse_ini
+from cli.inventory.patterns import MAX_HOST_ENTRIES, expand_host_pattern
 from cli.inventory.schema import (
     DEFAULT_SSH_PORT,
     OUR_KEYS,
@@ -79,11 +80,6 @@ USER_KEYS = ("ansible_user", "ansible_ssh_user")
 KEY_FILE_KEYS = ("ansible_private_key_file", "ansible_ssh_private_key_file")
 CONNECTION_KEYS = ADDRESS_KEYS + PORT_KEYS + USER_KEYS + KEY_FILE_KEYS
 EXPOSED_KEYS = OUR_KEYS + CONNECTION_KEYS
-
-_INI_HINT = (
-    "ctl reads inventories in Ansible's YAML form only"
-    " (convert one with: ansible-inventory -i FILE --list -y)"
-)
 
 
 @dataclass(frozen=True)
@@ -164,6 +160,121 @@ def parse_sources(files: Sequence[SourceText]) -> InventoryTree:
     return builder.tree
 
 
+Form = Literal["yaml", "ini", "none"]
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One inventory source as the Ansible plugin that would read it reads it."""
+
+    form: Form  # none: nothing to read, or refused (problems say why)
+    doc: YamlDocument | None = None  # the YAML form's document
+    ops: tuple[IniOp, ...] = ()  # the INI form's declarations
+    problems: tuple[InputProblem, ...] = ()
+
+
+def read_form(source: SourceText, known: Container[str]) -> Reading:
+    """Which of Ansible's inventory plugins reads `source`, and what it reads there.
+
+    ansible-core tries its enabled plugins in order (INVENTORY_ENABLED: host_list, script,
+    auto, yaml, ini, toml) and keeps the first that parses the source, discarding what a
+    failed one added (InventoryManager.parse_source). On a file, by each plugin's
+    verify_file and parse:
+
+    - script: a file that starts with `#!` or is executable; refused here.
+    - auto, then yaml: a .yml, .yaml or .json file or one without extension; yaml declines
+      an empty document, one that is not a mapping, and a `plugin:` file (auto's: refused
+      here). A YAML mapping stays YAML: our stricter checks of it are errors, not a reason
+      to read it as INI.
+    - ini: any other file but .toml, and every file yaml declined (a `hosts` file in INI
+      is such a file: YAML reads `[gpu]` as a list).
+    - toml: a .toml file; refused here.
+
+    When neither yaml nor ini reads a file, the error is the one of the form that read
+    further into it; when both stop on the same line, both are said in one message.
+    `known`: the groups earlier sources declared.
+    """
+    file, suffix = source.file, PurePath(source.file).suffix
+    if suffix == ".toml":
+        return _refused(file, None, "a TOML inventory is not read")
+    if source.text.startswith("#!"):
+        return _refused(file, 1, "an inventory script is not read")
+    if is_vaulted(source):
+        message = (
+            "encrypted with ansible-vault: ctl reads it given the password"
+            " (--vault-password-file, ANSIBLE_VAULT_PASSWORD_FILE), and never edits it"
+        )
+        return Reading("none", problems=(InputProblem(file, 1, (), message),))
+    if suffix and suffix not in YAML_EXTENSIONS:
+        return _read_ini(source, known)
+    problems: list[InputProblem] = []
+    doc = _parse(source, problems)
+    if doc is not None and isinstance(doc.data, dict):
+        if doc.data.get("plugin"):
+            message = (
+                "an inventory plugin configuration is not read: ctl reads static inventories only"
+            )
+            return Reading("none", problems=(doc.problem(("plugin",), message),))
+        return Reading("yaml", doc)
+    if any(not problem.message.startswith("invalid YAML") for problem in problems):
+        return Reading("none", problems=tuple(problems))  # YAML, but beyond our bounds
+    ini = _read_ini(source, known)
+    if doc is not None and doc.data is None and not (ini.ops and not ini.problems):
+        # Nothing but comments (or `---`): no hosts in either form, and no form to edit it
+        # in (Ansible warns it read nothing).
+        return Reading("none")
+    if not ini.problems:
+        return ini
+    if doc is not None:
+        kind = yaml_kind(doc.data)
+        problems = [doc.problem((), f"an inventory is a mapping of groups (all: ...), not {kind}")]
+    as_yaml, (as_ini,) = problems[0], ini.problems
+    if (as_yaml.line or 0) > (as_ini.line or 0):
+        return Reading("none", problems=tuple(problems))
+    if (as_ini.line or 0) > (as_yaml.line or 0):
+        return ini
+    # The same line: the form the file's name suggests first (a name without extension is
+    # most often an INI `hosts` file), the other's reading after it.
+    if suffix:
+        message = f"{as_yaml.message} (read as INI: {as_ini.message})"
+    else:
+        message = f"{as_ini.message} (read as YAML: {as_yaml.message})"
+    return Reading("none", problems=(InputProblem(file, as_ini.line, (), message),))
+
+
+class _EveryGroup:
+    """Every group name: a source's form judged alone, without the sources before it."""
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+
+def read_alone(source: SourceText) -> Reading:
+    """`source` read as Ansible would, without the sources before it (for an inventory
+    already read whole: editors splice YAML and INI differently)."""
+    return read_form(source, _EveryGroup())
+
+
+def source_form(source: SourceText) -> Form:
+    """The form Ansible reads `source` in."""
+    return read_alone(source).form
+
+
+def _read_ini(source: SourceText, known: Container[str]) -> Reading:
+    try:
+        return Reading("ini", ops=parse_ini(source.text, known))
+    except IniError as error:
+        return Reading("none", problems=(InputProblem(source.file, error.line, (), error.message),))
+
+
+def _refused(file: str, line: int | None, what: str) -> Reading:
+    message = (
+        f"{what}: ctl reads Ansible's YAML and INI forms"
+        " (save its hosts with: ansible-inventory -i FILE --list -y)"
+    )
+    return Reading("none", problems=(InputProblem(file, line, (), message),))
+
+
 def resolve(
     tree: InventoryTree,
     source: str,
@@ -183,14 +294,14 @@ def resolve(
         name: _read_vars_files(host_vars.get(name, ()), problems, skipped) for name in tree.hosts
     }
 
-    checked: set[tuple[str, KeyPath]] = set()
+    checked: set[tuple[tuple[str, int | None], KeyPath]] = set()
     layers: list[Mapping[str, _Var]] = [group.vars for group in tree.groups.values()]
     layers += [host.vars for host in tree.hosts.values()]
     layers += list(group_files.values()) + list(host_files.values())
     for layer in layers:
         for key, var in layer.items():
-            if key in EXPOSED_KEYS and (var.doc.file, var.path) not in checked:
-                checked.add((var.doc.file, var.path))
+            if key in EXPOSED_KEYS and (var.origin, var.path) not in checked:
+                checked.add((var.origin, var.path))
                 problems.extend(_check(key, var))
     if problems:
         raise InputError(problems)
@@ -250,6 +361,12 @@ def _host(name: str, groups: tuple[str, ...], merged: Mapping[str, _Var]) -> Hos
 
 
 VAULT_HEADER = "$ANSIBLE_VAULT;"  # a file ansible-vault encrypted whole
+Decrypt = Callable[[str, str], str]  # (file, its vaulted text) → its plain text
+
+
+def is_vaulted(source: SourceText) -> bool:
+    """Encrypted whole by ansible-vault (its header on the first line)."""
+    return source.text.lstrip().startswith(VAULT_HEADER)
 
 
 def _read_vars_files(
@@ -257,14 +374,16 @@ def _read_vars_files(
 ) -> dict[str, _Var]:
     """group_vars or host_vars files for one name, merged in order (later replaces earlier).
 
-    A Vault-encrypted file is left out and said in `skipped`: ctl decrypts nothing and reads
-    no secret (Ansible, given the password, would read it; ctl's own keys never need one)."""
+    A Vault-encrypted file still encrypted (load_inventory was given no password) is left
+    out and said in `skipped`: Ansible, given the password, would read it, and ctl's own
+    keys never need one."""
     merged: dict[str, _Var] = {}
     for source in files:
-        if source.text.lstrip().startswith(VAULT_HEADER):
+        if is_vaulted(source):
             skipped.append(
                 f"{source.file}: encrypted with ansible-vault; ctl reads no variable from it"
-                " (write labels, fabrics, cordoned and the rest of ctl's keys in a plain file)"
+                " (give ctl the password with --vault-password-file, or write labels,"
+                " fabrics, cordoned and the rest of ctl's keys in a plain file)"
             )
             continue
         doc = _parse(source, problems)
@@ -391,52 +510,33 @@ class _Builder:
         self.tree.groups["ungrouped"] = _Group("ungrouped")
         self.tree.groups["all"].children.append("ungrouped")
         self.tree.groups["ungrouped"].parents.append("all")
+        self.entries = 0  # host names read, a range counting each of its hosts
+        self.too_many = False
 
     def read(self, source: SourceText) -> None:
-        suffix = PurePath(source.file).suffix
-        if suffix and suffix not in YAML_EXTENSIONS:
-            self.problems.append(
-                InputProblem(source.file, None, (), f"not a YAML inventory: {_INI_HINT}")
-            )
-            return
-        if source.text.startswith("#!"):
-            self.problems.append(
-                InputProblem(source.file, 1, (), f"an inventory script is not read: {_INI_HINT}")
-            )
-            return
-        problems: list[InputProblem] = []
-        doc = _parse(source, problems)
-        if doc is None:
-            if not suffix:
-                problems = [
-                    InputProblem(p.file, p.line, p.path, f"{p.message}; {_INI_HINT}")
-                    for p in problems
-                ]
-            self.problems.extend(problems)
-            return
-        data = doc.data
-        if data is None:
-            return  # an empty file holds no hosts (Ansible skips it too)
-        if not isinstance(data, dict):
-            self.problems.append(
-                doc.problem(
-                    (),
-                    f"an inventory is a mapping of groups (all: ...), not {yaml_kind(data)}"
-                    + ("" if suffix else f"; {_INI_HINT}"),
-                )
-            )
-            return
-        if data.get("plugin"):
-            self.problems.append(
-                doc.problem(
-                    ("plugin",),
-                    "an inventory plugin configuration is not read:"
-                    " ctl reads static YAML inventories only",
-                )
-            )
-            return
-        for name, group_data in data.items():
-            self.group(doc, (_key(name),), name, group_data)
+        reading = read_form(source, self.tree.groups)
+        self.problems.extend(reading.problems)
+        if reading.form == "ini":
+            self.read_ini(source.file, reading.ops)
+        elif reading.form == "yaml":
+            assert reading.doc is not None and isinstance(reading.doc.data, dict)
+            for name, group_data in reading.doc.data.items():
+                self.group(reading.doc, (_key(name),), name, group_data)
+
+    def read_ini(self, file: str, ops: Sequence[IniOp]) -> None:
+        """An INI source's declarations, each with its line for errors and origins."""
+        for op in ops:
+            doc = YamlDocument(file, None, {(): op.line})  # every path of it is on that line
+            if isinstance(op, IniGroup):
+                self.tree.groups.setdefault(op.name, _Group(op.name))
+            elif isinstance(op, IniGroupVar):
+                self.group_var(op.group, _Var(op.value, doc, (op.group, "vars", op.key)))
+            elif isinstance(op, IniChild):
+                self.add_child(op.parent, op.child, doc, (op.parent, "children", op.child))
+            else:
+                path = (op.pattern,)
+                variables = [_Var(value, doc, (*path, key)) for key, value in op.vars]
+                self.add_hosts(op.names, op.port, op.group, variables, doc, path)
 
     def group(self, doc: YamlDocument, path: KeyPath, name: Any, data: Any) -> str | None:
         if not isinstance(name, str) or not name:
@@ -521,6 +621,36 @@ class _Builder:
                 doc.problem(path, f"host variables must be a mapping, not {yaml_kind(data)}")
             )
             return
+        variables: list[_Var] = []
+        for var, value in data.items():
+            if isinstance(var, str):
+                variables.append(_Var(value, doc, (*path, var)))
+            else:
+                self.problems.append(
+                    doc.problem((*path, _key(var)), "a variable name must be text")
+                )
+        self.add_hosts(names, port, group, variables, doc, path)
+
+    def add_hosts(
+        self,
+        names: Sequence[str],
+        port: int | None,
+        group: str,
+        variables: Sequence[_Var],
+        doc: YamlDocument,
+        path: KeyPath,
+    ) -> None:
+        """Ansible's add_host and set_variable for each host a pattern names."""
+        self.entries += len(names)
+        if self.entries > MAX_HOST_ENTRIES:
+            if not self.too_many:  # said once, where the limit is crossed
+                self.too_many = True
+                self.problems.append(
+                    doc.problem(
+                        path, f"the inventory names hosts more than {MAX_HOST_ENTRIES:,} times"
+                    )
+                )
+            return
         for name in names:
             host = self.tree.hosts.get(name)
             if host is None:
@@ -530,13 +660,8 @@ class _Builder:
             if group not in host.groups:
                 host.groups.append(group)
                 self.tree.groups[group].hosts.append(name)
-            for var, value in data.items():
-                if not isinstance(var, str):
-                    self.problems.append(
-                        doc.problem((*path, _key(var)), "a variable name must be text")
-                    )
-                    continue
-                host.vars[var] = _Var(value, doc, (*path, var))
+            for var in variables:
+                host.vars[str(var.path[-1])] = var
 
     def add_child(self, parent: str, child: str, doc: YamlDocument, path: KeyPath) -> None:
         groups = self.tree.groups
@@ -574,104 +699,38 @@ def _key(key: Any) -> str | int:
     return key if isinstance(key, str) else str(key)
 
 
-# --- host patterns (ansible.parsing.utils.addresses and expand_hostname_range) ------------
-
-_ALNUM_RANGE = r"\[(?:[a-z]:[a-z]|[0-9]+:[0-9]+)(?::[0-9]+)?\]"
-_NUM_RANGE = r"\[[0-9]+:[0-9]+(?::[0-9]+)?\]"
-_HEX_RANGE = re.compile(r"\[[0-9a-f]+:[0-9a-f]+(?::[0-9]+)?\]", re.I)
-_LABEL = rf"(?:\w|{_ALNUM_RANGE})(?:[\w-]|{_ALNUM_RANGE})*(?<![_-])"
-_HOSTNAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*", re.I)
-_IPV4_PART = rf"(?:[01]?[0-9]{{1,2}}|2[0-4][0-9]|25[0-5]|{_NUM_RANGE})"
-_IPV4 = re.compile(rf"(?:{_IPV4_PART}\.){{3}}{_IPV4_PART}")
-_BRACKETED_PORT = re.compile(r"\[(.+)\]:([0-9]+)")
-_HOST_PORT = re.compile(r"((?:[^:\[\]]|\[[^\]]*\])*):([0-9]+)")
-
-
-def expand_host_pattern(pattern: str) -> tuple[list[str], int | None]:
-    """`hgx-[01:03]:2222` → (['hgx-01', 'hgx-02', 'hgx-03'], 2222); ValueError if malformed.
-
-    As Ansible does: a pattern that is not a host name, IPv4 or IPv6 address (ranges
-    allowed) with an optional port is taken whole as the name, and its ranges expanded.
-    """
-    address, port = pattern, None
-    for form in (_BRACKETED_PORT, _HOST_PORT):
-        match = form.fullmatch(address)
-        if match:
-            address, port = match.group(1), int(match.group(2))
-    if not (_IPV4.fullmatch(address) or _is_ipv6(address) or _HOSTNAME.fullmatch(address)):
-        address, port = pattern, None
-    return _expand_ranges(address), port
-
-
-def _is_ipv6(address: str) -> bool:
-    try:
-        ipaddress.IPv6Address(_HEX_RANGE.sub("0", address))
-    except ValueError:
-        return False
-    return True
-
-
-def _expand_ranges(name: str) -> list[str]:
-    if "[" not in name:
-        return [name]
-    head, _, rest = name.partition("[")
-    inner, closed, tail = rest.partition("]")
-    if not closed:
-        raise ValueError(f"host range in '{name}' has no closing ']'")
-    bounds = inner.split(":")
-    if len(bounds) not in (2, 3):
-        raise ValueError(f"host range [{inner}] must be [begin:end] or [begin:end:step]")
-    begin, end = bounds[0] or "0", bounds[1]
-    if not end:
-        raise ValueError(f"host range [{inner}] has no end")
-    try:
-        step = int(bounds[2]) if len(bounds) == 3 else 1
-    except ValueError:
-        raise ValueError(f"host range [{inner}] has a step that is not a number") from None
-    if step < 1:
-        raise ValueError(f"host range [{inner}] needs a step of at least 1")
-    width = len(begin) if begin[0] == "0" and len(begin) > 1 else 0
-    if width and len(end) != width:
-        raise ValueError(f"host range [{inner}]: begin and end must have the same width")
-    letters = string.ascii_letters
-    if len(begin) == 1 and len(end) == 1 and begin in letters and end in letters:
-        first, last = letters.index(begin), letters.index(end)
-        if first > last:
-            raise ValueError(f"host range [{inner}] begins after it ends")
-        items = list(letters[first : last + 1 : step])
-    else:
-        try:
-            numbers = range(int(begin), int(end) + 1, step)
-        except ValueError:
-            raise ValueError(
-                f"host range [{inner}] must run between two numbers or two letters"
-            ) from None
-        if not numbers:
-            raise ValueError(f"host range [{inner}] begins after it ends")
-        items = [str(number).zfill(width) for number in numbers]
-    names: list[str] = []
-    for item in items:
-        names.extend(_expand_ranges(f"{head}{item}{tail}"))
-    return names
-
-
 # --- the I/O half -------------------------------------------------------------------------
 
 
-def load_inventory(path: Path) -> Inventory:
+def load_inventory(path: Path, decrypt: Decrypt | None = None) -> Inventory:
     """Read the inventory at `path` (a file or a directory, as `ansible-inventory -i` takes).
 
-    Raises InputError naming the file, line and key of every problem found.
+    `decrypt` (file, text) → text opens files ansible-vault encrypted whole, as Ansible does
+    given the password (cli/edges/vault.py); without it such a variables file is skipped
+    with a warning, and such an inventory source refused. Raises InputError naming the file,
+    line and key of every problem found.
     """
-    files = read_sources(path)
+    files = [_opened(source, decrypt) for source in read_sources(path)]
     tree = parse_sources(files)
     problems: list[InputProblem] = []
     base = inventory_base(path)
-    group_vars = {name: vars_texts(base / "group_vars", name, problems) for name in tree.groups}
-    host_vars = {name: vars_texts(base / "host_vars", name, problems) for name in tree.hosts}
+    group_vars = {
+        name: [_opened(text, decrypt) for text in vars_texts(base / "group_vars", name, problems)]
+        for name in tree.groups
+    }
+    host_vars = {
+        name: [_opened(text, decrypt) for text in vars_texts(base / "host_vars", name, problems)]
+        for name in tree.hosts
+    }
     if problems:
         raise InputError(problems)
     return resolve(tree, str(path), group_vars, host_vars)
+
+
+def _opened(source: SourceText, decrypt: Decrypt | None) -> SourceText:
+    if decrypt is None or not is_vaulted(source):
+        return source
+    return SourceText(source.file, decrypt(source.file, source.text))
 
 
 def read_sources(path: Path) -> tuple[SourceText, ...]:
@@ -681,9 +740,9 @@ def read_sources(path: Path) -> tuple[SourceText, ...]:
         raise InputError.single(str(path), None, (), "no such inventory file or directory")
     problems: list[InputProblem] = []
     files = tuple(
-        _read(file, problems)
-        if file.suffix in YAML_EXTENSIONS or not file.suffix
-        else SourceText(str(file), "")  # refused by name in parse_sources, so not read
+        SourceText(str(file), "")  # refused by name in parse_sources, so not read
+        if file.suffix == ".toml"
+        else _read(file, problems)
         for file in _source_files(path)
     )
     if problems:

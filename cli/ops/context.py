@@ -16,6 +16,8 @@ from pathlib import Path
 from cli.cluster import DEFAULT_LOST_AFTER
 from cli.edges.files import state_dir as default_state_dir
 from cli.edges.lock import exclusive, fleet_lock_path
+from cli.edges.vault import Decrypt, VaultError, vault_decrypter
+from cli.errors import InputError
 
 KNOWN_HOSTS_NAME = ".known_hosts"
 
@@ -29,6 +31,22 @@ class AppContext:
     lost_after: timedelta = DEFAULT_LOST_AFTER
     state_dir: Path | None = None  # default: $XDG_STATE_HOME/modelfleet
     lock_timeout: float = 60.0  # how long a command waits for another one's fleet lock
+    vault_password_file: Path | None = None  # opens vaulted variables files when given
+
+    def decrypt(self) -> Decrypt | None:
+        """How the inventory's vaulted files are opened: with the password file, or not
+        (then they are skipped with a warning). A file it cannot open is bad input."""
+        if self.vault_password_file is None:
+            return None
+        opener = vault_decrypter(self.vault_password_file)
+
+        def decrypt(file: str, text: str) -> str:
+            try:
+                return opener(file, text)
+            except VaultError as error:
+                raise InputError.single(error.file, None, (), error.message) from None
+
+        return decrypt
 
     @property
     def state(self) -> Path:

@@ -108,7 +108,7 @@ def load_fleet(
 ) -> Fleet:
     """The inventory at `inventory_path` and its facts: from the snapshot `facts_dir`, or
     gathered live now. Bad input raises InputError; a node not reached is in `unreached`."""
-    inventory = load_inventory(inventory_path)
+    inventory = load_inventory(inventory_path, options.decrypt())
     if facts_dir is not None:
         return _from_snapshot(inventory, facts_dir, options)
     return gather_fleet(inventory, inventory_path, options, on_progress)

@@ -31,7 +31,7 @@ from ruamel.yaml.nodes import MappingNode, Node
 from cli.errors import InputError
 from cli.inventory.cordon import FileEdit, InventoryTexts
 from cli.inventory.edit import read_texts, write_verified
-from cli.inventory.load import SourceText, inventory_from_texts, load_inventory
+from cli.inventory.load import SourceText, inventory_from_texts, load_inventory, source_form
 from cli.inventory.schema import DEFAULT_SSH_PORT, Host, Inventory
 from cli.inventory.splice import (
     CTL_HEADER,
@@ -106,6 +106,15 @@ def plan_new_host(texts: InventoryTexts, new: NewHost) -> HostPlan:
 
 
 def _plan(texts: InventoryTexts, new: NewHost) -> HostPlan:
+    for source in texts.sources:  # where the host goes is found by walking YAML
+        if source_form(source) == "ini":
+            raise InputError.single(
+                source.file,
+                None,
+                (),
+                f"an INI inventory: ctl onboard-node adds hosts to YAML inventories only;"
+                f" add {new.name} to [{new.group}] by hand, then run ctl onboard-node again",
+            )
     changed: dict[str, str] = {}
 
     def text(file: str) -> str:

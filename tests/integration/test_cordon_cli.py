@@ -21,6 +21,7 @@ from tests.integration.test_inventory_matches_ansible import ansible_list, compa
 from tests.unit.test_inventory_edit import HOSTS
 
 TRICKY = Path(__file__).resolve().parent / "inventories" / "tricky"
+INI_MIXED = TRICKY.parent / "ini-mixed"
 DOCS = ROOT / "docs" / "inventory.md"
 ABSENT = object()
 
@@ -92,24 +93,76 @@ SCENARIOS = [
 ]
 
 
+@pytest.fixture
+def ini_mixed(tmp_path: Path) -> Path:
+    """A copy of the mixed INI and YAML inventory at tmp/inventory."""
+    shutil.copytree(INI_MIXED, tmp_path / "inventory")
+    return tmp_path / "inventory"
+
+
+# The same, on an INI hosts file beside YAML: ctl edits one word of one host line.
+INI_SCENARIOS = [
+    (
+        "an INI host line takes the cordon as its last word",
+        ["cordon", "l40s-1", "--reason", "fan 1"],
+        "fan 1",
+        'l40s-1 cordoned: "fan 1" (inventory/10-hosts:8)',
+    ),
+    (
+        "an INI host line's cordon is replaced where it is",
+        ["cordon", "hgx-05", "--reason", "PSU replaced"],
+        "PSU replaced",
+        'hgx-05 cordoned: "PSU replaced" (inventory/10-hosts:7), was "PSU fan failing"',
+    ),
+    (
+        "an INI host line's cordon is removed",
+        ["uncordon", "hgx-05"],
+        ABSENT,
+        'hgx-05 uncordoned: removed cordoned: "PSU fan failing" (inventory/10-hosts:7)',
+    ),
+    (
+        "a host of a group cordoned in [cpu:vars] gets False on its own line",
+        ["uncordon", "node-b"],
+        False,
+        "node-b uncordoned: cordoned: false (inventory/10-hosts:26) overrides"
+        ' "rack 7 rewiring   # not a literal: all of it is the reason, this comment too"'
+        " set for group cpu (inventory/10-hosts:29), which stays on its other hosts",
+    ),
+    (
+        "a host of an INI range gets a host_vars file, the INI file untouched",
+        ["cordon", "hgx-03", "--reason", "IB cable loose"],
+        "IB cable loose",
+        'hgx-03 cordoned: "IB cable loose" (inventory/host_vars/hgx-03.yml:4, new file)',
+    ),
+]
+
+
 @pytest.mark.parametrize(
-    ("command", "expected", "said"),
-    [scenario[1:] for scenario in SCENARIOS],
-    ids=[scenario[0] for scenario in SCENARIOS],
+    ("source", "command", "expected", "said"),
+    [(TRICKY, *scenario[1:]) for scenario in SCENARIOS]
+    + [(INI_MIXED, *scenario[1:]) for scenario in INI_SCENARIOS],
+    ids=[scenario[0] for scenario in (*SCENARIOS, *INI_SCENARIOS)],
 )
 def test_after_ctl_writes_a_cordon_ansible_reads_the_one_asked_for(
-    command: list[str], expected: object, said: str, tricky: Path, tmp_path: Path
+    source: Path, command: list[str], expected: object, said: str, tmp_path: Path
 ) -> None:
-    before = files_of(tricky)
+    inventory = tmp_path / "inventory"
+    shutil.copytree(source, inventory)
+    before = files_of(inventory)
     done = ctl(*command, "--inventory", "inventory", cwd=tmp_path)
     assert (done.returncode, done.stdout, done.stderr) == (0, said + "\n", "")
 
-    listed = ansible_list(tricky, tmp_path)
+    listed = ansible_list(inventory, tmp_path)
     hostvars = listed["_meta"]["hostvars"][command[1]]
     assert hostvars.get("cordoned", ABSENT) == expected
-    compare(load_inventory(tricky), listed)
-    changed = {name for name, data in files_of(tricky).items() if before.get(name) != data}
+    compare(load_inventory(inventory), listed)
+    changed = {name for name, data in files_of(inventory).items() if before.get(name) != data}
     assert len(changed) == 1, changed
+    if "10-hosts" in changed:  # the INI hosts file: one line changed, every other byte kept
+        old = before["10-hosts"].splitlines(keepends=True)
+        new = (inventory / "10-hosts").read_bytes().splitlines(keepends=True)
+        assert len(old) == len(new)
+        assert sum(a != b for a, b in zip(old, new, strict=True)) == 1
 
 
 def test_cordon_then_uncordon_of_a_range_host_leaves_the_inventory_as_it_was(
@@ -159,12 +212,21 @@ def test_a_missing_reason_is_a_usage_error(tricky: Path, tmp_path: Path) -> None
     assert "--reason" in done.stderr
 
 
-def test_an_ini_inventory_exits_2_naming_the_file(tmp_path: Path) -> None:
-    (tmp_path / "hosts.ini").write_text("[gpu]\nhgx-1\n")
-    done = ctl("cordon", "hgx-1", "-r", "x", "-i", "hosts.ini", cwd=tmp_path)
-    assert done.returncode == 2
-    assert done.stderr.startswith("error: hosts.ini: not a YAML inventory")
-    assert len(done.stderr.splitlines()) == 1
+def test_a_cordon_an_ini_line_cannot_take_exits_2_naming_file_and_line(
+    ini_mixed: Path, tmp_path: Path
+) -> None:
+    hosts = ini_mixed / "10-hosts"
+    hosts.write_text(
+        hosts.read_text().replace("node-b cordoned=True", "node-b cordoned=True cordoned='fan'")
+    )
+    before = files_of(ini_mixed)
+    done = ctl("uncordon", "node-b", "-i", "inventory", cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        "error: inventory/10-hosts:26: cordoned: is written 2 times on this host line:"
+        " edit it by hand\n"
+    )
+    assert files_of(ini_mixed) == before
 
 
 def test_a_vaulted_cordon_exits_2_naming_file_and_line(tricky: Path, tmp_path: Path) -> None:
@@ -211,9 +273,13 @@ def an_inventory_with_a_cordoned_group(root: Path) -> None:
     (root / "hosts.yml").write_text(HOSTS)
 
 
+def the_mixed_ini_inventory(root: Path) -> None:
+    shutil.copytree(INI_MIXED, root)
+
+
 def test_the_cordoning_examples_in_the_docs_are_what_ctl_prints(tmp_path: Path) -> None:
     sessions = docs_sessions()
-    makers = [the_example_inventory, an_inventory_with_a_cordoned_group]
+    makers = [the_example_inventory, an_inventory_with_a_cordoned_group, the_mixed_ini_inventory]
     assert len(sessions) == len(makers)
     for index, (session, make) in enumerate(zip(sessions, makers, strict=True)):
         cwd = tmp_path / str(index)

@@ -55,7 +55,7 @@ def ansible_list(
         "ANSIBLE_CONFIG": str(config),
         "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
         "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
-        "ANSIBLE_INVENTORY_ENABLED": "yaml",
+        "ANSIBLE_INVENTORY_ENABLED": "yaml,ini",  # the forms ctl reads, in Ansible's order
         "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "true",
         "ANSIBLE_INVENTORY_UNPARSED_FAILED": "true",
         "ANSIBLE_NOCOLOR": "1",
@@ -165,7 +165,9 @@ def test_each_rule_the_unit_tests_claim_is_ansibles_rule(
     compare(load_inventory(root), ansible_list(root, tmp_path))
 
 
-def test_a_vault_encrypted_variables_file_is_skipped_said_and_never_read(tmp_path: Path) -> None:
+def test_a_vault_encrypted_variables_file_without_a_password_is_skipped_said_and_never_read(
+    tmp_path: Path,
+) -> None:
     # ansible-vault itself encrypts the file; Ansible, given the password, reads it. ctl
     # reads no secret: it leaves the file out with a warning naming it, and every variable
     # of its own still comes out as Ansible's (ctl's keys belong in plain files).
@@ -193,8 +195,9 @@ def test_a_vault_encrypted_variables_file_is_skipped_said_and_never_read(tmp_pat
     compare(ours, listed)
     assert ours.host("h1").vars.labels == {"role": "inference"}
     assert ours.skipped == (
-        f"{secrets}: encrypted with ansible-vault; ctl reads no variable from it (write"
-        " labels, fabrics, cordoned and the rest of ctl's keys in a plain file)",
+        f"{secrets}: encrypted with ansible-vault; ctl reads no variable from it (give ctl the"
+        " password with --vault-password-file, or write labels, fabrics, cordoned and the rest"
+        " of ctl's keys in a plain file)",
     )
     assert "s3cret" not in ours.model_dump_json()
     snapshot = tmp_path / "facts"
@@ -204,3 +207,104 @@ def test_a_vault_encrypted_variables_file_is_skipped_said_and_never_read(tmp_pat
     assert shown.returncode == 0, shown.stderr
     assert f"warning: {secrets}: encrypted with ansible-vault" in shown.stderr
     assert "s3cret" not in shown.stdout + shown.stderr
+
+
+def vaulted_inventory(tmp_path: Path, *, vault_id: str | None = None) -> tuple[Path, Path]:
+    """An inventory whose hosts file and one group_vars file ansible-vault encrypted, with
+    ctl's own keys in them, and the password file that opens them."""
+    inventory = write(
+        tmp_path / "inventory",
+        {
+            "hosts.yml": "gpu:\n  hosts:\n    h1:\n      ansible_host: 10.9.0.1\n",
+            "group_vars/gpu/10-plain.yml": "labels: {role: inference}\n",
+            "group_vars/gpu/20-secrets.yml": (
+                "api_token: s3cret-value\nlabels: {role: vaulted}\ncordoned: from the vault\n"
+            ),
+        },
+    )
+    password = tmp_path / "vault-password"
+    password.write_text("correct horse\n")
+    named = ["--vault-id", f"{vault_id}@{password}"] if vault_id else []
+    secret = named or ["--vault-password-file", str(password)]
+    for name in ("hosts.yml", "group_vars/gpu/20-secrets.yml"):
+        done = subprocess.run(
+            [ansible_command("ansible-vault"), "encrypt", *secret, str(inventory / name)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+    return inventory, password
+
+
+@pytest.mark.parametrize("vault_id", [None, "prod"])
+def test_given_the_password_ctl_reads_vaulted_files_as_ansible_inventory_does(
+    vault_id: str | None, tmp_path: Path
+) -> None:
+    from cli.ops.context import AppContext
+
+    inventory, password = vaulted_inventory(tmp_path, vault_id=vault_id)
+    ours = load_inventory(inventory, AppContext(vault_password_file=password).decrypt())
+    listed = ansible_list(inventory, tmp_path, password)
+    compare(ours, listed)  # labels and cordoned from the vaulted file, as Ansible reads them
+    assert ours.host("h1").vars.labels == {"role": "vaulted"}
+    assert ours.host("h1").vars.cordoned == "from the vault"
+    assert ours.host("h1").address == "10.9.0.1"  # from the vaulted hosts file
+    assert ours.skipped == ()
+    assert "s3cret" not in ours.model_dump_json()  # the secret is not one of ctl's keys
+
+
+def test_ctl_takes_the_password_file_by_option_or_environment_and_never_shows_it(
+    tmp_path: Path,
+) -> None:
+    inventory, password = vaulted_inventory(tmp_path)
+    snapshot = tmp_path / "facts"
+    snapshot.mkdir()
+    (snapshot / "h1.json").write_text((ROOT / "examples" / "facts" / "cpu-big.json").read_text())
+    command = ["nodes", "--inventory", str(inventory), "--facts", str(snapshot), "--json"]
+    by_option = ctl("--vault-password-file", str(password), *command)
+    by_env = ctl(*command, env={"ANSIBLE_VAULT_PASSWORD_FILE": str(password)})
+    for done in (by_option, by_env):
+        assert (done.returncode, done.stderr) == (0, "")
+        assert "from the vault" in done.stdout  # the cordon the vaulted file sets
+        assert "correct horse" not in done.stdout + done.stderr
+        assert "s3cret" not in done.stdout + done.stderr
+
+    without = ctl(*command)
+    assert without.returncode == 2  # the hosts file itself is vaulted: nothing to read
+    assert without.stderr == (
+        f"error: {inventory}/hosts.yml:1: encrypted with ansible-vault: ctl reads it given the"
+        " password (--vault-password-file, ANSIBLE_VAULT_PASSWORD_FILE), and never edits it\n"
+    )
+
+
+def test_a_wrong_vault_password_exits_2_naming_the_file(tmp_path: Path) -> None:
+    inventory, password = vaulted_inventory(tmp_path)
+    password.write_text("wrong horse\n")
+    done = ctl("--vault-password-file", str(password), "nodes", "--inventory", str(inventory))
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        f"error: {inventory}/hosts.yml: encrypted with ansible-vault, and the password in"
+        f" {password} does not open it\n"
+    )
+    assert "horse" not in done.stderr.replace(str(password), "")
+
+
+def test_cordon_sees_vaulted_files_as_the_fleet_commands_do_and_edits_none(
+    tmp_path: Path,
+) -> None:
+    inventory, password = vaulted_inventory(tmp_path)
+    hosts, secrets = inventory / "hosts.yml", inventory / "group_vars" / "gpu" / "20-secrets.yml"
+    before = {path: path.read_bytes() for path in (hosts, secrets)}
+    for command in (["uncordon", "h1"], ["cordon", "h1", "--reason", "fan"]):
+        done = ctl("--vault-password-file", str(password), *command, "-i", str(inventory))
+        assert (done.returncode, done.stdout) == (2, "")
+        assert done.stderr == (  # the cordon ctl nodes shows, and ctl cannot splice
+            f"error: {secrets}: cordoned: the cordon of h1 is in this file, encrypted with"
+            " ansible-vault: change it with ansible-vault edit\n"
+        )
+    done = ctl("uncordon", "h1", "-i", str(inventory))  # no password: the hosts file is shut
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith(f"error: {hosts}:1: encrypted with ansible-vault:")
+    assert {path: path.read_bytes() for path in (hosts, secrets)} == before

@@ -9,12 +9,8 @@ from typing import Any
 import pytest
 
 from cli.errors import InputError
-from cli.inventory.load import (
-    SourceText,
-    expand_host_pattern,
-    inventory_from_texts,
-    load_inventory,
-)
+from cli.inventory.load import SourceText, inventory_from_texts, load_inventory
+from cli.inventory.patterns import expand_host_pattern
 from cli.inventory.schema import NO_CORDON_REASON, Fabric, HostVars, Inventory, label_text
 
 
@@ -472,6 +468,62 @@ CASES: list[tuple[str, dict[str, str], dict[str, Any]]] = [
             "h1.origins.labels": ("group_vars/gpu.yml", 2),
         },
     ),
+    (
+        "an INI hosts file without extension beside YAML group_vars (Ansible's ini plugin)",
+        {
+            "hosts": lines("[gpu]", "h1 labels=\"{'role': 'a'}\"", "h2"),
+            "group_vars/gpu.yml": lines("cordoned: maintenance"),
+        },
+        {
+            "h1.vars.labels": {"role": "a"},
+            "h1.origins.labels": ("hosts", 2),
+            "h2.vars.cordoned": "maintenance",
+            "groups.gpu": ("h1", "h2"),
+        },
+    ),
+    (
+        "INI values are Python literals: true is text, True a boolean, '1' text",
+        {"hosts.ini": lines("h1 cordoned=true", "h2 cordoned=True", "h3 cordoned=False")},
+        {
+            "h1.vars.cordoned": "true",
+            "h2.vars.cordoned": NO_CORDON_REASON,
+            "h3.vars.cordoned": None,
+            "groups.ungrouped": ("h1", "h2", "h3"),
+        },
+    ),
+    (
+        "an INI [group:vars] section may come before the group's own section",
+        {"hosts.ini": lines("[gpu:vars]", "cordoned='fan'", "[gpu]", "h1")},
+        {"h1.vars.cordoned": "fan", "h1.origins.cordoned": ("hosts.ini", 2)},
+    ),
+    (
+        "an INI child group named before it is declared is added when it is",
+        {
+            "hosts.ini": lines(
+                "[dc:children]", "gpu", "[gpu]", "h1", "[dc:vars]", "labels={'s': 'dc'}"
+            )
+        },
+        {"h1.groups": ("all", "dc", "gpu"), "h1.vars.labels": {"s": "dc"}},
+    ),
+    (
+        "an INI host's port is taken where the host is first named",
+        {"hosts.ini": lines("[x]", "h1:2201", "[y]", "h1:2202 ansible_user=ops")},
+        {"h1.port": 2201, "h1.user": "ops", "h1.groups": ("all", "x", "y")},
+    ),
+    (
+        "an INI file after a YAML one in a directory adds to the YAML's groups",
+        {
+            "10-hosts.yml": lines("gpu:", "  hosts: {h1: }"),
+            "20-vars.ini": lines("[gpu:vars]", "labels={'a': 'b'}", "[gpu:children]", "big"),
+            "05-big": lines("[big]", "h2"),
+        },
+        {"h1.vars.labels": {"a": "b"}, "groups.gpu": ("h2", "h1")},
+    ),
+    (
+        "a .yml file that YAML reads as text is read as INI, as Ansible falls back to it",
+        {"hosts.yml": lines("h1 ansible_port=2200")},
+        {"h1.port": 2200},
+    ),
 ]
 
 
@@ -669,11 +721,89 @@ ERRORS: list[tuple[str, dict[str, str], list[str]]] = [
         ["hosts.yml:3: a.children.b: group 'b' under 'a' makes a loop"],
     ),
     (
-        "an INI inventory in the directory is refused, not skipped",
-        {"hosts.yml": lines("gpu:", "  hosts: {h1: }"), "legacy.ini": lines("[gpu]", "h2")},
+        "an INI section of an unknown type names its line",
+        {"hosts.ini": lines("[gpu]", "h1", "[gpu:hostz]")},
+        ["hosts.ini:3: section [gpu:hostz] has unknown type 'hostz' (hosts, vars or children)"],
+    ),
+    (
+        "an INI line in brackets that is not a section is refused",
+        {"hosts.ini": lines("[gpu nodes]")},
         [
-            "legacy.ini: not a YAML inventory: ctl reads inventories in Ansible's YAML form only"
-            " (convert one with: ansible-inventory -i FILE --list -y)"
+            "hosts.ini:1: invalid section '[gpu nodes]': a section is [group], [group:vars]"
+            " or [group:children], with no spaces"
+        ],
+    ),
+    (
+        "an INI host variable without = is refused",
+        {"hosts.ini": lines("[gpu]", "h1 gpu")},
+        ["hosts.ini:2: expected key=value after the host name, got: gpu"],
+    ),
+    (
+        "an INI host line with an unclosed quote is refused",
+        {"hosts.ini": lines("[gpu]", "h1 labels='oops")},
+        ["hosts.ini:2: cannot split the host line: No closing quotation"],
+    ),
+    (
+        "an INI [group:vars] for a group never declared is refused",
+        {"hosts.ini": lines("[gpu]", "h1", "[cpu:vars]", "x=1")},
+        ["hosts.ini:3: section [cpu:vars] is for group 'cpu', never declared"],
+    ),
+    (
+        "a bad value of ours in INI names its line and key",
+        {"hosts.ini": lines("[gpu]", "h1 cordoned=3", "[gpu:vars]", "labels=oops")},
+        [
+            "hosts.ini:2: h1.cordoned: must be a reason (text) or true/false, not a number",
+            "hosts.ini:4: gpu.vars.labels: must be a mapping, not text",
+        ],
+    ),
+    (
+        "an INI group that contains its own parent is refused",
+        {"hosts.ini": lines("[a:children]", "b", "[b:children]", "a")},
+        ["hosts.ini:4: b.children.a: group 'a' under 'b' makes a loop"],
+    ),
+    (
+        "a host range of a hundred million hosts is refused before it is expanded (INI)",
+        {"hosts.ini": lines("[gpu]", "n[0:99999999]")},
+        [
+            "hosts.ini:2: host pattern 'n[0:99999999]' names 100,000,000 hosts, more than"
+            " 100,000: refused before expanding it"
+        ],
+    ),
+    (
+        "a host range of a hundred million hosts is refused before it is expanded (YAML)",
+        {"hosts.yml": lines("gpu:", "  hosts:", "    n[0:9999][0:9999]:")},
+        [
+            "hosts.yml:3: gpu.hosts.n[0:9999][0:9999]: host pattern 'n[0:9999][0:9999]'"
+            " names 100,000,000 hosts, more than 100,000: refused before expanding it"
+        ],
+    ),
+    (
+        "an inventory naming hosts more than 200,000 times in all is refused",
+        {"hosts.ini": lines("[gpu]", *["n[1:100000]"] * 3)},
+        ["hosts.ini:4: n[1:100000]: the inventory names hosts more than 200,000 times"],
+    ),
+    (
+        "an INI value too long for Python's parser to read safely is refused",
+        {"hosts.ini": lines("[gpu]", "h1 labels=[" + "1," * 35_000 + "]")},
+        [
+            "hosts.ini:2: a value of 70,002 characters, more than 65,536: refused before"
+            " Python's parser reads it"
+        ],
+    ),
+    (
+        "a file without extension read as neither INI nor YAML says both",
+        {"hosts": lines("- h1", "- h2")},
+        [
+            "hosts:1: expected key=value after the host name, got: h1"
+            " (read as YAML: an inventory is a mapping of groups (all: ...), not a list)"
+        ],
+    ),
+    (
+        "a TOML inventory is refused",
+        {"hosts.toml": lines("[gpu.hosts.h1]")},
+        [
+            "hosts.toml: a TOML inventory is not read: ctl reads Ansible's YAML and INI forms"
+            " (save its hosts with: ansible-inventory -i FILE --list -y)"
         ],
     ),
     (
@@ -698,7 +828,7 @@ ERRORS: list[tuple[str, dict[str, str], list[str]]] = [
         {"aws.yml": lines("plugin: amazon.aws.aws_ec2")},
         [
             "aws.yml:1: plugin: an inventory plugin configuration is not read:"
-            " ctl reads static YAML inventories only"
+            " ctl reads static inventories only"
         ],
     ),
     (
@@ -748,10 +878,13 @@ def test_invalid_yaml_is_refused_with_its_line(tmp_path: Path) -> None:
     assert problem.message.startswith("invalid YAML")
 
 
-def test_an_ini_file_without_extension_is_refused_with_a_hint(tmp_path: Path) -> None:
-    write(tmp_path, {"hosts": "[gpu]\nh1\nh2\n"})
-    with pytest.raises(InputError, match="YAML form only"):
-        load_inventory(tmp_path / "hosts")
+def test_a_yaml_file_with_a_syntax_error_is_refused_as_yaml(tmp_path: Path) -> None:
+    # Ansible's ini plugin would try it too, and fail sooner; the YAML error is the useful one
+    write(tmp_path, {"hosts.yml": lines("gpu:", "  hosts:", "    h1: {labels: [}")})
+    with pytest.raises(InputError) as caught:
+        load_inventory(tmp_path)
+    (problem,) = caught.value.problems
+    assert (problem.line, problem.message.startswith("invalid YAML")) == (3, True)
 
 
 def test_an_inventory_path_that_does_not_exist_is_bad_input(tmp_path: Path) -> None:

@@ -399,12 +399,6 @@ def test_a_value_ctl_cannot_safely_replace_is_left_for_the_operator(
         remove_key(written + "\n", "f.yml", (), key="cordoned")
 
 
-def test_an_ini_inventory_is_refused(tmp_path: Path) -> None:
-    (tmp_path / "hosts").write_text("[gpu]\nhgx-1\n")
-    with pytest.raises(InputError, match=rf"{tmp_path}/hosts:.*YAML form only"):
-        cordon_node(tmp_path / "hosts", "hgx-1", "x")
-
-
 # --- writing: atomic, mode kept, and undone when the result is not what was asked ---------------
 
 
