@@ -59,14 +59,9 @@ def _snapshot(
     )
 
 
-def gather_fleet(
-    inventory: Inventory,
-    inventory_path: Path,
-    options: AppContext,
-    on_progress: Callable[[str, str | None], None] | None = None,
-    now: datetime | None = None,
-) -> Fleet:
-    targets = [
+def node_targets(inventory: Inventory) -> list[Target]:
+    """How ctl's own SSH sessions reach each node, as the inventory says."""
+    return [
         Target(
             h.name,
             h.address,
@@ -77,6 +72,16 @@ def gather_fleet(
         )
         for h in inventory.hosts
     ]
+
+
+def gather_fleet(
+    inventory: Inventory,
+    inventory_path: Path,
+    options: AppContext,
+    on_progress: Callable[[str, str | None], None] | None = None,
+    now: datetime | None = None,
+) -> Fleet:
+    targets = node_targets(inventory)
     attempts = gather(
         targets,
         options.known_hosts(inventory_path),

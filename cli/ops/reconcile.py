@@ -16,7 +16,8 @@ from pathlib import Path
 
 from cli.catalog.load import Catalog
 from cli.ops.context import AppContext
-from cli.ops.fleet import Fleet, model_stores, rank_networks, serving_addresses
+from cli.ops.fleet import Fleet, model_stores, node_targets, rank_networks, serving_addresses
+from cli.ops.staging import ProgressLines, watch_staging
 from cli.ops.tokens import resolve_tokens
 from cli.reconcile.apply import Outcome, apply
 from cli.reconcile.ledger import ledger_path, load_ledger, save_ledger
@@ -121,6 +122,11 @@ def apply_plan(
             for key, token in tokens.items()
             if token.inventory_variable is not None
         },
+        watch=lambda jobs: watch_staging(
+            {t.name: t for t in node_targets(fleet.inventory)},
+            options.known_hosts(inventory_path), options.connect_timeout, jobs,
+            ProgressLines(report),
+        ),
     )  # fmt: skip
     rng = random.Random(the_plan.now.isoformat())  # the same inputs, the same backoffs
     outcome = apply(the_plan, executor, fleet.snapshot.now, rng, report, router)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,12 @@ class AnsibleExecutor:
         on_run: Callable[[PlaybookRun], None] = lambda _: None,
         token_values: Mapping[str, str] | None = None,
         token_variables: Mapping[str, str] | None = None,
+        watch: Callable[[Sequence[StageJob]], AbstractContextManager[None]] | None = None,
     ) -> None:
         """`token_values`: profile key → the token its weights are fetched with;
-        `token_variables`: profile key → the inventory variable that holds it."""
+        `token_variables`: profile key → the inventory variable that holds it; `watch`:
+        what shows the downloads' progress while the staging playbook runs."""
+        self.watch = watch
         self.token_values = dict(token_values or {})
         self.token_variables = dict(token_variables or {})
         self.inventory = inventory
@@ -105,7 +109,8 @@ class AnsibleExecutor:
         if not by_host:
             return {}
         variables = {"modelfleet_stage": by_host}
-        run = self._run("stage_weights.yml", variables, list(by_host), secrets)
+        with self.watch(jobs) if self.watch is not None else nullcontext():
+            run = self._run("stage_weights.yml", variables, list(by_host), secrets)
         return _failures(run, {(job.node, job.source) for job in jobs})
 
     def _run(

@@ -25,6 +25,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 import urllib.parse
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -46,6 +47,7 @@ class Hub:
     bytes_sent: int = 0
     tokens_seen: list[str] = field(default_factory=list)  # Authorization values received
     port: int = 0
+    bytes_per_second: float | None = None  # a slow link, so that progress can be seen
     lock: threading.Lock = field(default_factory=threading.Lock)
     _digests: dict[Path, str] = field(default_factory=dict)
 
@@ -168,10 +170,13 @@ class _Handler(BaseHTTPRequestHandler):
         with file.open("rb") as data:
             data.seek(start)
             try:
-                while chunk := data.read(_CHUNK):
+                rate = self.server.hub.bytes_per_second
+                while chunk := data.read(_CHUNK if rate is None else 65536):
                     self.wfile.write(chunk)
                     with self.server.hub.lock:
                         self.server.hub.bytes_sent += len(chunk)
+                    if rate is not None:
+                        time.sleep(len(chunk) / rate)
             except (BrokenPipeError, ConnectionResetError):
                 pass
 
@@ -203,9 +208,11 @@ class _Server(ThreadingHTTPServer):
 
 
 @contextmanager
-def run_hub(root: Path, tokens: Mapping[str, str] | None = None) -> Iterator[Hub]:
+def run_hub(
+    root: Path, tokens: Mapping[str, str] | None = None, bytes_per_second: float | None = None
+) -> Iterator[Hub]:
     """The hub serving `root` on 127.0.0.1 (a free port), until the block ends."""
-    hub = Hub(root, dict(tokens or {}))
+    hub = Hub(root, dict(tokens or {}), bytes_per_second=bytes_per_second)
     server = _Server(hub)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -23,11 +23,21 @@ from tests.integration.test_fleet_reconcile import CLEAN, Ctl, ctl_on_standins
 pytestmark = pytest.mark.fleet
 
 SOURCE = "hf://org/chat"
+GATED = "hf://org/gated"
+TOKEN = "hf_" + "Fleet5ecret" * 3 + "x"
 STORE = "/var/lib/modelfleet/models"
 CATALOG = f"""\
 models:
   chat:
     source: {SOURCE}
+    replicas: {{min: 1}}
+    profiles:
+      - {{name: h100x1, priority: 100, engine: vllm, gpu_class: H100, gpus_per_node: 1}}
+"""
+GATED_MODEL = f"""\
+  gated:
+    source: {GATED}
+    token: {{env: HF_TOKEN}}
     replicas: {{min: 1}}
     profiles:
       - {{name: h100x1, priority: 100, engine: vllm, gpu_class: H100, gpus_per_node: 1}}
@@ -40,7 +50,11 @@ def hub(tmp_path: Path) -> Iterator[Hub]:
     repo.mkdir(parents=True)
     (repo / "config.json").write_text('{"model_type": "llama"}')
     (repo / "model.safetensors").write_bytes(os.urandom(LFS_THRESHOLD + 4321))
-    with run_hub(tmp_path / "hub") as served:
+    gated = tmp_path / "hub" / "models" / "org" / "gated"
+    gated.mkdir(parents=True)
+    (gated / "config.json").write_text('{"model_type": "llama"}')
+    # about 4 s for the 10 MB file: long enough for ctl to show the download's progress
+    with run_hub(tmp_path / "hub", {"org/gated": TOKEN}, bytes_per_second=2.5e6) as served:
         yield served
 
 
@@ -57,7 +71,8 @@ def chat_node(ctl: Ctl) -> str:
 
 
 def repo_bytes(hub: Hub) -> int:
-    return sum(p.stat().st_size for p in (hub.root / "models").rglob("*") if p.is_file())
+    base = hub.root / "models" / "org" / "chat"
+    return sum(p.stat().st_size for p in base.rglob("*") if p.is_file())
 
 
 def test_weights_are_staged_before_the_start_and_a_move_to_a_holder_downloads_nothing(
@@ -74,6 +89,11 @@ def test_weights_are_staged_before_the_start_and_a_move_to_a_holder_downloads_no
         assert result.returncode == 0, result.stdout + result.stderr
         assert re.search(r"^staging weights: hf://org/chat on node-\d$", result.stderr, re.M)
         assert "stage_weights.yml: exit 0" in result.stderr
+        # its progress, read from the node while the playbook downloaded
+        bars = re.findall(
+            r"^  staging hf://org/chat on node-\d: \[[#.]{20}\] (\d+)% ", result.stderr, re.M
+        )
+        assert bars and all(0 <= int(p) <= 100 for p in bars), result.stderr
         assert "started chat-1" in result.stdout
         first = chat_node(ctl)
         assert hub.bytes_sent == repo_bytes(hub)
@@ -99,8 +119,28 @@ def test_weights_are_staged_before_the_start_and_a_move_to_a_holder_downloads_no
         assert back.returncode == 0, back.stdout + back.stderr
         assert chat_node(ctl) == first
         assert hub.bytes_sent == 2 * repo_bytes(hub)
-        resolved = [p for p in hub.requests if "/resolve/" in p]
+        resolved = [p for p in hub.requests if p.startswith("/org/chat/resolve/")]
         assert sum(hub.requests[p] for p in resolved) == 2 * 2  # two files, twice
+        assert hub.tokens_seen == []  # the catalog gave chat no token: none was sent
+
+        # 4. A gated model's token, named by reference, is sent to the hub and nowhere else.
+        ctl.catalog.write_text(CATALOG + GATED_MODEL)
+        environment = {**ctl.environment, "HF_TOKEN": TOKEN}
+        gated = run_ctl(*ctl.arguments("reconcile"), env=environment, timeout=600)
+        assert gated.returncode == 0, gated.stdout + gated.stderr
+        assert "started gated-1" in gated.stdout
+        assert set(hub.tokens_seen) == {f"Bearer {TOKEN}"}
+        leaks = [str(p) for p in tmp_path.rglob("*") if p.is_file() and TOKEN.encode() in
+                 p.read_bytes() and hub.root not in p.parents]  # fmt: skip
+        assert leaks == [], leaks
+        assert TOKEN not in gated.stdout + gated.stderr
+        for node in nodes:
+            found = fleet.ssh(
+                node, "sh", "-c", shlex.quote(f"grep -rl {TOKEN} /etc /var/lib/modelfleet "
+                "/root /tmp /var/tmp 2>/dev/null; journalctl --no-pager | grep -c " + TOKEN),
+                timeout=120,
+            )  # fmt: skip
+            assert found.stdout.split() == ["0"], (node, found.stdout)
     finally:
         for node in nodes:
             script = CLEAN + f"rm -rf {shlex.quote(STORE)}"

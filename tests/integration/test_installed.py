@@ -32,7 +32,9 @@ PLAYBOOKS = {
     "deploy_router.yml",
     "start_shards.yml",
     "stop_shards.yml",
+    "stage_weights.yml",
     "library/modelfleet_files.py",
+    "library/modelfleet_stage.py",
     "library/modelfleet_verify.py",
     "callback_plugins/modelfleet_events.py",
 }
@@ -130,7 +132,8 @@ def test_the_installed_ctl_finds_the_playbooks_inside_its_package(venv: Path) ->
         "import cli\n"
         "from cli.shards.ansible import playbook_path\n"
         "print(cli.__file__)\n"
-        "for name in ('start_shards.yml', 'stop_shards.yml', 'deploy_router.yml'):\n"
+        "for name in ('start_shards.yml', 'stop_shards.yml', 'stage_weights.yml',"
+        " 'deploy_router.yml'):\n"
         "    print(playbook_path(name))\n"
     )
     printed = run(
@@ -141,6 +144,7 @@ def test_the_installed_ctl_finds_the_playbooks_inside_its_package(venv: Path) ->
         site / "cli" / "__init__.py",
         site / "cli" / "_data" / "playbooks" / "start_shards.yml",
         site / "cli" / "_data" / "playbooks" / "stop_shards.yml",
+        site / "cli" / "_data" / "playbooks" / "stage_weights.yml",
         site / "cli" / "_data" / "playbooks" / "deploy_router.yml",
     ]
     assert all(path.is_file() for path in found)
@@ -150,7 +154,7 @@ def test_the_installed_playbooks_find_their_module_beside_them(venv: Path) -> No
     """ansible-playbook resolves each task's module at parse time: modelfleet_files comes
     from the library/ shipped next to the playbook, or the syntax check fails."""
     playbooks = site_packages(venv) / "cli" / "_data" / "playbooks"
-    for name in ("start_shards.yml", "stop_shards.yml", "deploy_router.yml"):
+    for name in ("start_shards.yml", "stop_shards.yml", "stage_weights.yml", "deploy_router.yml"):
         printed = run(
             [
                 str(venv / "bin" / "ansible-playbook"),

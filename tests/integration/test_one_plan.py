@@ -108,6 +108,7 @@ def the_pass(facts: Path, state: Path, monkeypatch: pytest.MonkeyPatch) -> tuple
     """`ctl reconcile`'s pass on the same inputs, the playbooks replaced by the fake."""
     fake = FakeFleet()
     monkeypatch.setattr(ops, "AnsibleExecutor", lambda *args, **kwargs: fake)
+    monkeypatch.setenv("HF_TOKEN", "hf_" + "OnePlan" * 5)  # the example's Llama models' token
     options = AppContext(state_dir=state / "modelfleet")
     inventory = EXAMPLES / "inventory"
     catalog = load_catalog(EXAMPLES / "catalog.yaml")
@@ -190,6 +191,7 @@ def test_the_pass_is_not_done_while_a_model_waits_out_its_backoff(
     )
     fake = FakeFleet()
     monkeypatch.setattr(ops, "AnsibleExecutor", lambda *args, **kwargs: fake)
+    monkeypatch.setenv("HF_TOKEN", "hf_" + "OnePlan" * 5)  # the example's Llama models' token
     options = AppContext(state_dir=tmp_path / "state")
     loaded = load_catalog(catalog)
     fleet = load_fleet(options, inventory, facts)
@@ -234,6 +236,7 @@ def test_reconcile_json_is_the_same_plan_and_says_only_what_was_verified(
     # The pass's outcome, as the JSON form carries it: started only what the fake verified.
     fake = FakeFleet(fail={("bge-m3-2", 0)})
     monkeypatch.setattr(ops, "AnsibleExecutor", lambda *args, **kwargs: fake)
+    monkeypatch.setenv("HF_TOKEN", "hf_" + "OnePlan" * 5)  # the example's Llama models' token
     options = AppContext(state_dir=tmp_path / "pass" / "modelfleet")
     inventory = EXAMPLES / "inventory"
     catalog = load_catalog(EXAMPLES / "catalog.yaml")
