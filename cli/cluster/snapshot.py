@@ -96,6 +96,7 @@ class NodeView:
     # Whether `shards` were checked against the catalog; False: names, ports, numbers and
     # GPUs only (`ctl nodes` without one).
     catalog_checked: bool = False
+    gpus_lost: int = 0  # GPUs the node has but nvidia-smi could not reach: never usable
 
     @property
     def status(self) -> Status:
@@ -236,6 +237,7 @@ def node_view(
         shards=shards,
         notes=facts.notes if facts else (),
         listening_ports=frozenset(facts.listening_ports or ()) if facts else frozenset(),
+        gpus_lost=facts.gpus_lost if facts and facts.gpus is not None else 0,
     )
 
 

@@ -115,6 +115,7 @@ def _node_json(node: NodeView) -> dict[str, Any]:
             }
             for g in node.gpus
         ],
+        "gpus_lost": node.gpus_lost,
         "nvlink_domains": None
         if node.nvlink_domains is None
         else [sorted(d) for d in node.nvlink_domains],

@@ -180,6 +180,8 @@ class NodeFacts(Strict):
     listening_ports: tuple[int, ...] | None = None
     # None: not reported (a probe from before the store, or statfs failed).
     model_store: ModelStore | None = None
+    # GPUs nvidia-smi could not reach (fallen off the bus: exit 15), not among `gpus`.
+    gpus_lost: int = Field(default=0, ge=0, le=1024)
     notes: tuple[str, ...] = ()  # what the probe could not read, said plainly
     # The node's inventory variables when the snapshot was saved. Read only for a node the
     # inventory does not have, so a copied file brings its labels and fabrics along.

@@ -116,6 +116,7 @@ def facts_from_probe(output: str, gathered_at: datetime) -> NodeFacts:
         except FactsParseError as error:
             notes.append(str(error))
     model_store = _model_store(sections.get("model-store"), notes)
+    lost = _lost_gpus(sections.get("query-gpu")) if gpus is not None else 0
     shards_section = sections.get("shards")
     if shards_section is None or shards_section.status != 0:
         raise ProbeOutputError("the probe did not finish reading the shard records")
@@ -135,6 +136,7 @@ def facts_from_probe(output: str, gathered_at: datetime) -> NodeFacts:
         shards=shards,
         listening_ports=listening,
         model_store=model_store,
+        gpus_lost=lost,
         notes=tuple(notes),
     )
 
@@ -268,6 +270,21 @@ def _rows_and_messages(section: Section) -> tuple[str, list[str]]:
         else:
             rows.append(line)
     return "\n".join(rows), messages
+
+
+_SMI_LOST = re.compile(r"^Unable to determine the device handle for GPU ?([0-9A-Fa-f:.]+)")
+MAX_LOST_GPUS: Final = 1024  # as many as rows are read
+
+
+def _lost_gpus(query: Section | None) -> int:
+    """GPUs nvidia-smi could not reach (exit 15): one "Unable to determine the device
+    handle" line each, by PCI address, on either stream. Counted so a node's GPU total
+    still holds them: 7 answering of 8 is not an 7-GPU node."""
+    if query is None or query.status not in _ROWS_STILL_GOOD:
+        return 0
+    lines = [*query.stderr, *query.text.splitlines()]
+    addresses = {m.group(1).lower() for line in lines if (m := _SMI_LOST.match(line.strip()))}
+    return min(len(addresses), MAX_LOST_GPUS)
 
 
 def _gpus(sections: dict[str, Section], notes: list[str]) -> GpuFacts:

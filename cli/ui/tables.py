@@ -152,9 +152,13 @@ def gpus_cell(node: NodeView) -> str:
     counts = views.gpu_counts(node)
     if counts is None:
         return "?"
-    if not counts:
+    if not counts and not node.gpus_lost:
         return "-"
-    return ", ".join(f"{c.free}/{c.total} {c.gpu_class}" for c in counts)
+    if len(counts) == 1 and node.gpus_lost:  # one kind of GPU: the lost one is one of them
+        (count,) = counts
+        return f"{count.free}/{count.total + node.gpus_lost} {count.gpu_class}"
+    cells = [f"{c.free}/{c.total} {c.gpu_class}" for c in counts]
+    return ", ".join([*cells, f"{node.gpus_lost} lost"] if node.gpus_lost else cells)
 
 
 def memory_cell(node: NodeView) -> str:

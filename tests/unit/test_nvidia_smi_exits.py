@@ -7,7 +7,9 @@ is a note, never a CSV row that hides every GPU of the node.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -100,6 +102,23 @@ def test_a_lost_gpu_is_said_and_its_healthy_siblings_stay_usable() -> None:
     found = facts(section("query-gpu", stderr(lost) + ROW_0 + "\n" + ROW_2 + "\n", 15))
     assert found.gpus is not None and [gpu.index for gpu in found.gpus] == [0, 2]
     assert any("GPU 0000:02:00.0: GPU is lost" in note for note in found.notes)
+    assert found.gpus_lost == 1  # counted: the node has three GPUs, one of them lost
+
+
+def test_ctl_nodes_counts_a_lost_gpu_in_the_total_and_never_as_free(tmp_path: Path) -> None:
+    lost = sample("nvidia-smi-gpu-lost-owod-81.txt")
+    found = facts(section("query-gpu", stderr(lost) + ROW_0 + "\n" + ROW_2 + "\n", 15))
+    snapshot = tmp_path / "facts"
+    snapshot.mkdir()
+    (snapshot / "gpu-1.json").write_text(found.model_dump_json())
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  hosts:\n    gpu-1:\n")
+    shown = ctl("nodes", "--inventory", str(inventory), "--facts", str(snapshot))
+    row = next(line for line in shown.stdout.splitlines() if line.startswith("gpu-1 "))
+    assert re.search(r" 2/3 \S+ ", row), row  # 2 free of 3: the lost one is no one's
+    listed = ctl("nodes", "--json", "--inventory", str(inventory), "--facts", str(snapshot))
+    (node,) = json.loads(listed.stdout)["nodes"]
+    assert node["gpus_lost"] == 1 and len(node["gpus"]) == 2
 
 
 def test_mig_mode_is_read_per_gpu_and_a_gpu_without_mig_has_none() -> None:
