@@ -21,7 +21,7 @@ from cli.cluster.trust import (
     memory_gib_problem,
     record_problem,
 )
-from cli.facts.model import Gpu, HcaPort, NodeFacts, ShardRecord
+from cli.facts.model import Gpu, HcaPort, ModelStore, NodeFacts, ShardRecord
 from cli.inventory.schema import Host, HostVars
 
 # GPU memory in use with no process the probe can see (containers hide other pids):
@@ -96,6 +96,8 @@ class NodeView:
     # Whether `shards` were checked against the catalog; False: names, ports, numbers and
     # GPUs only (`ctl nodes` without one).
     catalog_checked: bool = False
+    # The model store as the node reported it; None: not reported.
+    model_store: ModelStore | None = None
 
     @property
     def status(self) -> Status:
@@ -236,6 +238,7 @@ def node_view(
         shards=shards,
         notes=facts.notes if facts else (),
         listening_ports=frozenset(facts.listening_ports or ()) if facts else frozenset(),
+        model_store=facts.model_store if facts else None,
     )
 
 
@@ -308,7 +311,7 @@ def _reserved(shards: Sequence[ShardRecord]) -> float:
     return sum(s.memory_gib or 0.0 for s in shards if s.holds)
 
 
-def _reserved_by_invalid(invalid: Sequence[InvalidShard]) -> float:
+def reserved_by_invalid(invalid: Sequence[InvalidShard]) -> float:
     """What invalid shards that say they run reserve: not believed as ours, but a process
     may be there holding that memory, as it holds the GPUs it claims. A figure that is no
     amount (trust.py refuses it) reserves nothing."""
@@ -345,7 +348,7 @@ def with_shards(node: NodeView, shards: Sequence[ShardRecord]) -> NodeView:
         node,
         shards=tuple(shards),
         gpus=gpus,
-        memory_reserved_gib=_reserved(shards) + _reserved_by_invalid(node.invalid_shards),
+        memory_reserved_gib=_reserved(shards) + reserved_by_invalid(node.invalid_shards),
     )
 
 

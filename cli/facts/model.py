@@ -119,6 +119,12 @@ COMPLETE_MARKER: Final = ".modelfleet-complete"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
+def in_store(source: str) -> bool:
+    """Whether a source's weights are staged into the model store: a `file://` source is
+    read where it is (the staging step checks it is there), every other one is fetched."""
+    return not source.startswith("file://")
+
+
 def store_directory(source: str) -> str:
     """The directory a source's weights live in under the store: readable, and unique by
     a digest of the whole source (`hf://a/b-c` and `hf://a-b/c` read alike)."""

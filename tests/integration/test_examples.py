@@ -69,6 +69,10 @@ def test_place_all_on_the_example_fleet_places_what_fits_and_explains_the_rest()
     assert re.search(r"\n +hgx-4  GPU 2-5 .*mlx5_0,2-3 +┘", out)
     assert "deepseek-v3-1        NOT PLACED — blocked" in out
     assert "1 cordoned (hgx-5: PSU fan failing)" in out
+    assert (
+        "1 has too little free disk for the weights (a100-1: has 40.2 GB free in"
+        " /var/lib/modelfleet/models, needs 150; weights stored there hold 138 GB)"
+    ) in " ".join(out.split())
     assert "hgx-3: GPU 4: 2 uncorrected ECC errors" in " ".join(out.split())
     assert "llama-3.1-8b: 1 running (llama-3.1-8b-1), replicas.min reached" in out
     assert all(len(line) <= 100 for line in out.splitlines()), out
@@ -93,13 +97,17 @@ def test_place_json_on_the_example_fleet_follows_the_documented_shape() -> None:
     assert ("hgx-5", "node-status", "condition") in codes
     assert ("cpu-small", "gpu-class", "hardware") in codes
     assert len(refused["rejections"]) == 12  # every node, for its only profile
-    # The 70B's A100 profile asks 80 GB cards: the 40 GB box is refused for that, for good.
+    # The 70B's A100 profile asks 80 GB cards: the 40 GB box is refused for that, for good;
+    # the 80 GB box's model store is nearly full, of a retired model's weights: not now.
     a100x4 = [r for r in multi["rejections"] if r["profile"] == "a100x4"]
     assert {(r["node"], r["constraint"], r["blocking"], r["message"]) for r in a100x4} >= {
         ("a100-2", "gpu-memory", "hardware", "GPU 0-3 have 42.9 GB, needs 80"),
-        ("a100-1", "gpus", "capacity", "2 of 4 A100 free, needs 4 (GPU 0-1 held by"
-         " mistral-small-24b-1)"),
+        ("a100-1", "disk", "capacity", "has 40.2 GB free in /var/lib/modelfleet/models,"
+         " needs 150; weights stored there hold 138 GB"),
     }  # fmt: skip
+    assert [a["weights_bytes"] for a in multi["attempts"]] == [150 * 10**9] * 3
+    # So the 24B went to the other A100 box, which has the room.
+    assert [s["node"] for s in by_replica["mistral-small-24b-1"]["shards"]] == ["a100-2"]
     for placement in data["placements"]:
         assert set(placement) >= {"model", "placed", "profile", "shards", "rejections"}
 
@@ -174,7 +182,7 @@ def test_a_bad_catalog_is_one_line_per_problem_and_exit_code_2(tmp_path: Path) -
     result = ctl("catalog", "check", "--catalog", "catalog.yaml", cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "error: catalog.yaml:89: models.llama-3.1-70b.profiles[0]: unknown key"
+        "error: catalog.yaml:93: models.llama-3.1-70b.profiles[0]: unknown key"
         " 'gpus_per_nod' (did you mean 'gpus_per_node'?)"
     ]
 
