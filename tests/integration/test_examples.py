@@ -255,3 +255,34 @@ def test_the_readme_commands_table_names_every_command_and_nothing_else() -> Non
     table = "\n".join(line for line in section.splitlines() if line.startswith("| `ctl"))
     named = set(re.findall(r"`(ctl [a-z][a-z-]*(?: (?:check|init))?)\b", table))
     assert commands == named
+
+
+def test_nodes_wide_shows_each_nodes_model_store_and_unknown_as_a_question_mark() -> None:
+    result = ctl("nodes", "--wide", *FLEET_ARGS, env={"COLUMNS": "200"})
+    assert result.returncode == 1, result.stderr  # l40s-2 is Unreachable
+    header, *rows = result.stdout.splitlines()
+    assert header.split() == [
+        "NAME", "STATUS", "GPUS", "MEM", "STORE", "FABRICS", "LABELS", "SHARDS",
+    ]  # fmt: skip
+    by_name = {row.split()[0]: row for row in rows if row and not row.startswith(" ")}
+    assert re.search(r" 1008  40 GB free, 1 held \(138 GB\) +- ", by_name["a100-1"])
+    assert re.search(r" 2015  7384 GB free, 2 held \(157 GB\) +ib-east", by_name["hgx-1"])
+    assert re.search(r" 7\.8  61 GB free, not made yet +- ", by_name["cpu-small"])
+    assert re.search(r" -  \? +- ", by_name["cpu-old"])  # an old probe: unknown, not empty
+
+
+def test_nodes_json_carries_the_model_store_as_the_node_reported_it() -> None:
+    result = ctl("nodes", *FLEET_ARGS, "--json")
+    nodes = {n["name"]: n for n in json.loads(result.stdout)["nodes"]}
+    assert nodes["cpu-old"]["model_store"] is None
+    store = nodes["a100-1"]["model_store"]
+    assert (store["path"], store["present"], store["free_bytes"]) == (
+        "/var/lib/modelfleet/models", True, 40_213_508_096,
+    )  # fmt: skip
+    assert store["weights"] == [
+        {
+            "source": "hf://meta-llama/Llama-2-70b-chat-hf",
+            "bytes": 137_976_864_768,
+            "completed": "2026-06-02T11:20:55Z",
+        }
+    ]
