@@ -145,13 +145,6 @@ def _choose(profile: CatalogProfile, node: NodeView, state: PlacementState) -> G
     return choice
 
 
-def stores(node: NodeView, source: str) -> bool:
-    """The node reported the source stored complete in its model store. (Weights the run
-    itself stages are not counted: the preference is for a node that starts without a
-    download, as the probe saw it.)"""
-    return node.model_store is not None and node.model_store.holds(source)
-
-
 def spread_limit(model: CatalogModel) -> int:
     """Replicas of one model a node may hold before others are preferred: a quarter of the
     most the model may run, at least one. A node failing then takes at most a quarter of
@@ -172,10 +165,8 @@ def _place_single(
         return None
     spec = profile.spec
     counts = state.replica_counts(profile.model)
-
-    def lacks(c: Candidate) -> bool:
-        # Among nodes that fit equally, one that holds the weights starts without a download.
-        return not stores(c.node, profile.source)
+    # Among nodes that fit equally, one that holds the weights starts without a download.
+    holders = state.holders(profile.source)
 
     if not spec.uses_gpus:
         need = spec.min_memory_gb or 0.0
@@ -190,7 +181,7 @@ def _place_single(
                 crowded,
                 total is None,
                 left,
-                lacks(c),
+                c.node.name not in holders,
                 name_order(c.node.name),
             )
 
@@ -199,7 +190,7 @@ def _place_single(
 
     def key(c: Candidate) -> tuple[bool, int, bool, int, NameKey]:
         here = counts.get(c.node.name, 0)
-        return (here >= spread, c.free, lacks(c), here, name_order(c.node.name))
+        return (here >= spread, c.free, c.node.name not in holders, here, name_order(c.node.name))
 
     # The best by key usually keeps its group in one NVLink domain: try it before sorting.
     first = min(candidates, key=key)
@@ -240,7 +231,7 @@ def _place_multi(
             by_fabric.setdefault(fabric, []).append((candidate, hcas))
     groups: list[tuple[GroupKey, str, list[tuple[Candidate, tuple[str, ...]]]]] = []
     shortfalls: list[FabricShortfall] = []
-    holds = {c.node.name: stores(c.node, profile.source) for c in candidates}
+    holders = state.holders(profile.source)
     for fabric, members in sorted(by_fabric.items()):
         if len(members) < spec.nodes:
             shortfalls.append(
@@ -249,11 +240,11 @@ def _place_multi(
             continue
         # Among equally empty nodes, those that hold the weights: fewer downloads.
         members.sort(
-            key=lambda m: (-m[0].free, not holds[m[0].node.name], name_order(m[0].node.name))
+            key=lambda m: (-m[0].free, m[0].node.name not in holders, name_order(m[0].node.name))
         )
         chosen = members[: spec.nodes]
         rate = min(_rate(m[0].node, fabric) for m in chosen)
-        holding = sum(holds[m[0].node.name] for m in chosen)
+        holding = sum(m[0].node.name in holders for m in chosen)
         groups.append(((-sum(m[0].free for m in chosen), -rate, -holding, fabric), fabric, chosen))
     if not groups:
         placed_nodes = {r.node for r in rejections}

@@ -91,10 +91,13 @@ class PlacementState:
         # Each source's size as the nodes holding it complete report it (the largest,
         # should they differ), for profiles without `disk_gb`.
         self._reported: dict[str, int] = {}
+        # Each source's nodes that reported it stored complete, for the preference.
+        self._holders: dict[str, set[str]] = {}
         for node in self.nodes:
             for weights in node.model_store.weights if node.model_store else ():
                 known = self._reported.get(weights.source, 0)
                 self._reported[weights.source] = max(known, weights.bytes)
+                self._holders.setdefault(weights.source, set()).add(node.name)
 
     def static_rejections(self, profile: CatalogProfile) -> list[Rejection | None]:
         """Per node (snapshot order), the first constraint that fails whatever is held."""
@@ -141,6 +144,12 @@ class PlacementState:
 
     def weights_bytes(self, source: str, disk_gb: float | None) -> int | None:
         return weights_bytes(source, disk_gb, self._reported.get(source))
+
+    def holders(self, source: str) -> frozenset[str]:
+        """The nodes that reported the source stored complete. (Not those the run stages it
+        on: the preference is for a node that starts without a download, as the probe saw
+        it.)"""
+        return frozenset(self._holders.get(source, ()))
 
     def will_hold(self, node: NodeView, source: str) -> bool:
         """The node's store holds the source complete, or will once the run stages it."""
