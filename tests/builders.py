@@ -10,7 +10,16 @@ from datetime import UTC, datetime, timedelta
 from cli.catalog.load import Catalog, parse_catalog
 from cli.cluster.snapshot import Snapshot, build_snapshot
 from cli.facts.gpuclass import gpu_class
-from cli.facts.model import Gpu, GpuProcess, HcaPort, Memory, NodeFacts, ShardRecord
+from cli.facts.model import (
+    Gpu,
+    GpuProcess,
+    HcaPort,
+    Memory,
+    ModelStore,
+    NodeFacts,
+    ShardRecord,
+    StoredWeights,
+)
 from cli.inventory.schema import Fabric, Host, HostVars
 
 NOW = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
@@ -42,6 +51,7 @@ class NodeSpec:
     listening: Sequence[int] = ()  # ports something listens on (None reported when empty)
     gpu_memory_mib: int | None = 81559  # memory.total of each GPU (an 80 GB H100's)
     gpu_memory_of: Mapping[int, int | None] = field(default_factory=dict)  # per GPU, if other
+    store: ModelStore | None = None  # the model store; None: not reported
 
 
 def nvswitch(count: int = 8) -> list[list[int]]:
@@ -152,6 +162,28 @@ def facts(spec: NodeSpec) -> NodeFacts:
         hcas=hcas,
         shards=tuple(spec.shards),
         listening_ports=tuple(spec.listening) if spec.listening else None,
+        model_store=spec.store,
+    )
+
+
+GB = 1_000_000_000
+STORE_PATH = "/var/lib/modelfleet/models"
+
+
+def store(free_gb: float, total_gb: float = 1000, **held_gb: float) -> ModelStore:
+    """A model store at the default path, `free_gb` free of `total_gb`, holding complete
+    each source given as `name=size_gb` (the name as hf://org/NAME)."""
+    weights = tuple(
+        StoredWeights(source=f"hf://org/{name}", bytes=int(size * GB))
+        for name, size in held_gb.items()
+    )
+    return ModelStore(
+        path=STORE_PATH,
+        present=True,
+        measured=STORE_PATH,
+        total_bytes=int(total_gb * GB),
+        free_bytes=int(free_gb * GB),
+        weights=weights,
     )
 
 

@@ -155,6 +155,9 @@ class Profile(Strict):
     # Memory each of its GPUs must have in all, in GB of 10^9 bytes as GPU makers count
     # (an "80GB" H100 reports 81,559 MiB: 85.5 GB); None: any.
     gpu_memory_gb: float | None = Field(default=None, gt=0, le=100_000)
+    # What its weights take in the node's model store, in GB of 10^9 bytes as disks are
+    # sold; None: what a node that holds them complete reports, else unknown.
+    disk_gb: float | None = Field(default=None, gt=0, le=1_000_000)
     context_length: int | None = Field(default=None, ge=1)  # tokens; each engine's own flag
     threads: int | None = Field(default=None, ge=1)  # llama.cpp CPU threads
     drain_seconds: int = Field(default=30, ge=0)  # time in-flight requests get on a stop

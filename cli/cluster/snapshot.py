@@ -21,7 +21,7 @@ from cli.cluster.trust import (
     memory_gib_problem,
     record_problem,
 )
-from cli.facts.model import Gpu, HcaPort, NodeFacts, ShardRecord
+from cli.facts.model import Gpu, HcaPort, ModelStore, NodeFacts, ShardRecord
 from cli.inventory.schema import Host, HostVars
 
 # GPU memory in use with no process the probe can see (containers hide other pids):
@@ -97,6 +97,11 @@ class NodeView:
     # GPUs only (`ctl nodes` without one).
     catalog_checked: bool = False
     gpus_lost: int = 0  # GPUs the node has but nvidia-smi could not reach: never usable
+    # The model store as the node reported it; None: not reported.
+    model_store: ModelStore | None = None
+    # False: its engines fetch their own weights (`modelfleet_stage_weights: false`), so
+    # the store is not where they go, and its room is not placement's concern.
+    stages_weights: bool = True
 
     @property
     def status(self) -> Status:
@@ -238,6 +243,8 @@ def node_view(
         notes=facts.notes if facts else (),
         listening_ports=frozenset(facts.listening_ports or ()) if facts else frozenset(),
         gpus_lost=facts.gpus_lost if facts and facts.gpus is not None else 0,
+        model_store=facts.model_store if facts else None,
+        stages_weights=host_vars.modelfleet_stage_weights,
     )
 
 
@@ -310,7 +317,7 @@ def _reserved(shards: Sequence[ShardRecord]) -> float:
     return sum(s.memory_gib or 0.0 for s in shards if s.holds)
 
 
-def _reserved_by_invalid(invalid: Sequence[InvalidShard]) -> float:
+def reserved_by_invalid(invalid: Sequence[InvalidShard]) -> float:
     """What invalid shards that say they run reserve: not believed as ours, but a process
     may be there holding that memory, as it holds the GPUs it claims. A figure that is no
     amount (trust.py refuses it) reserves nothing."""
@@ -347,7 +354,7 @@ def with_shards(node: NodeView, shards: Sequence[ShardRecord]) -> NodeView:
         node,
         shards=tuple(shards),
         gpus=gpus,
-        memory_reserved_gib=_reserved(shards) + _reserved_by_invalid(node.invalid_shards),
+        memory_reserved_gib=_reserved(shards) + reserved_by_invalid(node.invalid_shards),
     )
 
 

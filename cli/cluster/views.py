@@ -129,6 +129,10 @@ def _node_json(node: NodeView) -> dict[str, Any]:
             for f in node.fabrics
         ],
         "labels": dict(node.labels),
+        # As the node reported it (docs/facts.md, ModelStore); null: not reported.
+        "model_store": None
+        if node.model_store is None
+        else node.model_store.model_dump(mode="json"),
         "shards": [s.model_dump(mode="json") for s in node.shards],
         **invalid,
         "notes": node_notes(node),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from cli.commands.options import (
@@ -17,6 +19,12 @@ def nodes(
     inventory: InventoryOption = DEFAULT_INVENTORY,
     facts: FactsOption = None,
     as_json: JsonOption = False,
+    wide: Annotated[
+        bool,
+        typer.Option(
+            "--wide", help="Add STORE: each node's model store, its free space and weights held."
+        ),
+    ] = False,
 ) -> None:
     """List nodes: status, free/total GPUs, memory, fabrics, labels and shards.
 
@@ -32,7 +40,7 @@ def nodes(
     if as_json:
         console.print_json(nodes_json(fleet.snapshot))
     else:
-        console.print_table(nodes_table(fleet.snapshot))
+        console.print_table(nodes_table(fleet.snapshot, wide=wide))
         for note in node_notes(fleet.snapshot):
             console.out.print(console.rich_escape(note))
     # Listed Unreachable or Lost, whether this gather or the snapshot's failed to reach it.

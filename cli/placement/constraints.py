@@ -16,6 +16,7 @@ fabric, and lives with the multi-node placement.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -24,6 +25,7 @@ from cli.catalog.schema import Profile
 from cli.cluster.snapshot import GpuView, NodeView, Reachability
 from cli.placement.gpus import format_indices
 from cli.placement.reasons import Blocking, Constraint, Rejection
+from cli.shards.staging import stages
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,16 +47,24 @@ class Holdings(Protocol):
 
     def held_by(self, node: NodeView, gpu_class: str) -> dict[str, list[int]]: ...
 
+    def weights_bytes(self, source: str, spec: Profile) -> int | None: ...
+
+    def will_hold(self, node: NodeView, source: str) -> bool: ...
+
+    def staged_bytes(self, node: NodeView) -> int: ...
+
 
 @dataclass(frozen=True, slots=True)
 class Subject:
-    """What a check looks at: one profile on one node. A static check reads no `holdings`."""
+    """What a check looks at: one profile on one node. A static check reads of `holdings`
+    only `weights_bytes`, which is the same for the whole run."""
 
     profile: str
     spec: Profile
     node: NodeView
     relax: Relax
     holdings: Holdings
+    source: str = ""  # the profile's source: the weights the disk constraint asks room for
 
 
 Check = Callable[[Subject], "Rejection | None"]
@@ -287,6 +297,100 @@ def gpus_free(subject: Subject) -> Rejection | None:
     )
 
 
+def weights_bytes(
+    source: str, engine: str, disk_gb: float | None, reported: int | None
+) -> int | None:
+    """The room a source's weights need in the model store: none for one the engine reads
+    from elsewhere (a `file://` path; what it fetches itself: cli/shards/staging.py); the
+    profile's `disk_gb` (GB of 10^9 bytes, as disks are sold) when
+    it says; else what a node holding them complete reports; else unknown (None), which
+    is never taken for zero."""
+    if not stages(source, engine):
+        return 0
+    if disk_gb is not None:
+        return math.ceil(disk_gb * BYTES_PER_GB)
+    return reported
+
+
+def disk_size(subject: Subject) -> Rejection | None:
+    """The store's filesystem could hold the weights at all, or already holds them."""
+    node = subject.node
+    need = subject.holdings.weights_bytes(subject.source, subject.spec)
+    if not need or not node.stages_weights:
+        # None needed, or unknown (said in the explanation, not taken as zero); or a node
+        # whose engines fetch their own weights, into their own caches, not the store.
+        return None
+    store = node.model_store
+    if store is None:
+        if subject.relax.conditions:
+            return None
+        return Rejection(
+            subject.profile,
+            node.name,
+            Constraint.DISK,
+            f"did not report its model store, needs {gb(need / BYTES_PER_GB)} GB",
+            "did not report a model store",
+            Blocking.CONDITION,
+        )
+    if store.holds(subject.source) or store.total_bytes >= need:
+        return None
+    return Rejection(
+        subject.profile,
+        node.name,
+        Constraint.DISK,
+        f"has a {gb(store.total_bytes / BYTES_PER_GB)} GB filesystem for {store.path},"
+        f" needs {gb(need / BYTES_PER_GB)}",
+        f"have disks under {gb(need / BYTES_PER_GB)} GB",
+        Blocking.HARDWARE,
+    )
+
+
+def disk_free(subject: Subject) -> Rejection | None:
+    """Room in the store for weights it does not hold, after what the run stages there.
+
+    Every stored source is ours (only the staging step writes markers), and so is what
+    the run stages: space they fill is capacity ("not now"; removing weights no shard uses
+    makes room, which eviction, a later step, will do). Space that other files fill is
+    the node's condition ("blocked")."""
+    node, holdings = subject.node, subject.holdings
+    need = holdings.weights_bytes(subject.source, subject.spec)
+    store = node.model_store
+    if not need or not node.stages_weights or store is None:
+        return None  # no store: only ever here pretending conditions away
+    if holdings.will_hold(node, subject.source):
+        return None
+    staged = holdings.staged_bytes(node)
+    free = store.free_bytes - staged
+    if free >= need:
+        return None
+    if subject.relax.capacity and free + store.stored_bytes >= need:
+        return None
+    if subject.relax.conditions:
+        return None  # disk_size found the filesystem big enough
+    where = f"has {gb(max(free, 0) / BYTES_PER_GB)} GB free in {store.path}"
+    if staged:
+        where += f" once this run's {gb(staged / BYTES_PER_GB)} GB are staged"
+    need_gb = gb(need / BYTES_PER_GB)
+    stored = f"weights stored there hold {gb(store.stored_bytes / BYTES_PER_GB)} GB"
+    if free + store.stored_bytes + staged >= need:
+        return Rejection(
+            subject.profile,
+            node.name,
+            Constraint.DISK,
+            f"{where}, needs {need_gb}; {stored}",
+            "have too little free disk for the weights",
+            Blocking.CAPACITY,
+        )
+    return Rejection(
+        subject.profile,
+        node.name,
+        Constraint.DISK,
+        f"{where}, needs {need_gb}; {stored}, other files the rest",
+        "have disks full of other files",
+        Blocking.CONDITION,
+    )
+
+
 NODE_CONSTRAINTS: tuple[NodeConstraint, ...] = (
     NodeConstraint(
         Constraint.NODE_STATUS,
@@ -327,6 +431,15 @@ NODE_CONSTRAINTS: tuple[NodeConstraint, ...] = (
         "3 of 8 H100 free, needs 4 (GPU 0-3 held by llama-3.1-8b-1)",
         static=gpu_health,
         capacity=gpus_free,
+    ),
+    NodeConstraint(
+        Constraint.DISK,
+        "the model store holds the source complete, or its filesystem has room for it"
+        " (`disk_gb`, else the size a node holding it reports) beside what the run stages"
+        " there; a size unknown passes, said; a store not reported does not",
+        "has 80 GB free in /var/lib/modelfleet/models, needs 140; weights stored there hold 95 GB",
+        static=disk_size,
+        capacity=disk_free,
     ),
 )
 FABRIC_HOLDS_WHEN = "multi-node: the nodes share a fabric with an ACTIVE HCA on each"

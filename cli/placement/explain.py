@@ -23,6 +23,12 @@ NAMED_GROUP_LIMIT = 2
 
 _SINGULAR = {"have": "has", "lack": "lacks", "are": "is"}
 
+# Unknown is not zero: said, not taken as fitting everywhere in silence. (A node holding
+# the weights complete would have told their size.)
+UNKNOWN_SIZE = (
+    "note: size of {source} unknown (no disk_gb, no node holds it): disk room not checked"
+)
+
 VERDICT_TEXT = {
     Verdict.NOT_NOW: "not now: it fits once capacity our replicas hold is freed",
     Verdict.BLOCKED: "blocked: it fits only once a node is repaired, reachable or uncordoned",
@@ -107,6 +113,8 @@ def assumption_lines(placement: ReplicaPlacement) -> list[str]:
     chosen = {shard.node for shard in placement.shards}
     lines = []
     for attempt in placement.attempts:
+        if attempt.fits and attempt.weights_bytes is None:
+            lines.append(UNKNOWN_SIZE.format(source=attempt.profile.source))
         if not attempt.fits or attempt.profile.spec.min_memory_gb is None:
             continue
         need = gb(attempt.profile.spec.min_memory_gb)
@@ -157,6 +165,7 @@ def replica_placement_json(placement: ReplicaPlacement) -> dict[str, Any]:
                 "fits": a.fits,
                 "summary": summarize_attempt(a),
                 "memory_unknown": list(a.memory_unknown),
+                "weights_bytes": a.weights_bytes,
             }
             for a in placement.attempts
         ],

@@ -48,6 +48,8 @@ class ProfileAttempt:
     fabric_shortfalls: tuple[FabricShortfall, ...] = ()
     # Nodes that passed the memory constraint only because they did not report memory.
     memory_unknown: tuple[str, ...] = ()
+    # The room its weights need (disk_gb, or as a node holding them reports); None: unknown.
+    weights_bytes: int | None = None
 
     @cached_property
     def rejections(self) -> tuple[Rejection, ...]:
@@ -104,10 +106,16 @@ def try_profile(
             sorted(c.node.name for c in candidates if c.node.memory_total_gib is None)
         )
     considered = len(state.nodes)
+    size = state.weights_bytes(profile.source, spec)
     if spec.nodes == 1:
         shards = _place_single(profile, candidates, state, spread)
         attempt = ProfileAttempt(
-            profile, shards is not None, considered, checks, memory_unknown=memory_unknown
+            profile,
+            shards is not None,
+            considered,
+            checks,
+            memory_unknown=memory_unknown,
+            weights_bytes=size,
         )
         return shards, attempt
     shards, fabric_rejections, shortfalls = _place_multi(profile, candidates, state)
@@ -119,6 +127,7 @@ def try_profile(
         tuple(fabric_rejections),
         tuple(shortfalls) if shards is None else (),
         memory_unknown,
+        size,
     )
     return shards, attempt
 
@@ -156,22 +165,32 @@ def _place_single(
         return None
     spec = profile.spec
     counts = state.replica_counts(profile.model)
+    # Among nodes that fit equally, one that holds the weights starts without a download.
+    holders = state.holders(profile.source)
+
     if not spec.uses_gpus:
         need = spec.min_memory_gb or 0.0
 
-        def cpu_key(c: Candidate) -> tuple[bool, bool, bool, float, NameKey]:
+        def cpu_key(c: Candidate) -> tuple[bool, bool, bool, float, bool, NameKey]:
             total = c.node.memory_total_gib
             left = 0.0 if total is None else total - state.reserved_gib(c.node) - need
             # GPU nodes last: a CPU model there holds RAM a GPU replica will need.
             crowded = counts.get(c.node.name, 0) >= spread
-            return (bool(c.node.gpus), crowded, total is None, left, name_order(c.node.name))
+            return (
+                bool(c.node.gpus),
+                crowded,
+                total is None,
+                left,
+                c.node.name not in holders,
+                name_order(c.node.name),
+            )
 
         best = min(candidates, key=cpu_key)
         return (ShardPlacement(best.node.name, 0, (), (), None, ""),)
 
-    def key(c: Candidate) -> tuple[bool, int, int, NameKey]:
+    def key(c: Candidate) -> tuple[bool, int, bool, int, NameKey]:
         here = counts.get(c.node.name, 0)
-        return (here >= spread, c.free, here, name_order(c.node.name))
+        return (here >= spread, c.free, c.node.name not in holders, here, name_order(c.node.name))
 
     # The best by key usually keeps its group in one NVLink domain: try it before sorting.
     first = min(candidates, key=key)
@@ -192,6 +211,11 @@ def _place_single(
     return (ShardPlacement(node.name, 0, choice.gpus, (), None, choice.note),)
 
 
+# A fabric group's rank: most free GPUs, the faster fabric, more nodes holding the
+# weights, the fabric's name.
+GroupKey = tuple[int, float, int, str]
+
+
 def _place_multi(
     profile: CatalogProfile, candidates: list[Candidate], state: PlacementState
 ) -> tuple[tuple[ShardPlacement, ...] | None, list[Rejection], list[FabricShortfall]]:
@@ -205,18 +229,23 @@ def _place_multi(
             rejections.append(rejection)
         for fabric, hcas in usable:
             by_fabric.setdefault(fabric, []).append((candidate, hcas))
-    groups: list[tuple[tuple[int, float, str], str, list[tuple[Candidate, tuple[str, ...]]]]] = []
+    groups: list[tuple[GroupKey, str, list[tuple[Candidate, tuple[str, ...]]]]] = []
     shortfalls: list[FabricShortfall] = []
+    holders = state.holders(profile.source)
     for fabric, members in sorted(by_fabric.items()):
         if len(members) < spec.nodes:
             shortfalls.append(
                 FabricShortfall(fabric, tuple(c.node.name for c, _ in members), spec.nodes)
             )
             continue
-        members.sort(key=lambda m: (-m[0].free, name_order(m[0].node.name)))
+        # Among equally empty nodes, those that hold the weights: fewer downloads.
+        members.sort(
+            key=lambda m: (-m[0].free, m[0].node.name not in holders, name_order(m[0].node.name))
+        )
         chosen = members[: spec.nodes]
         rate = min(_rate(m[0].node, fabric) for m in chosen)
-        groups.append(((-sum(m[0].free for m in chosen), -rate, fabric), fabric, chosen))
+        holding = sum(m[0].node.name in holders for m in chosen)
+        groups.append(((-sum(m[0].free for m in chosen), -rate, -holding, fabric), fabric, chosen))
     if not groups:
         placed_nodes = {r.node for r in rejections}
         for candidate in candidates:

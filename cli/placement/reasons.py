@@ -16,6 +16,7 @@ class Constraint(StrEnum):
     GPU_CLASS = "gpu-class"
     GPU_MEMORY = "gpu-memory"
     GPUS = "gpus"
+    DISK = "disk"
     FABRIC = "fabric"
 
 

@@ -11,13 +11,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from cli.catalog.load import CatalogProfile
-from cli.cluster.snapshot import NodeView, Snapshot
+from cli.catalog.schema import Profile as ProfileSpec
+from cli.cluster.snapshot import NodeView, Snapshot, reserved_by_invalid
 from cli.placement.constraints import (
     Relax,
     Subject,
     first_rejection,
     first_static_rejection,
     sized_gpus,
+    weights_bytes,
 )
 from cli.placement.reasons import Rejection
 
@@ -45,6 +47,9 @@ class _Holdings:
     gpus: dict[int, str] = field(default_factory=dict)  # GPU index → replica
     memory_gib: float = 0.0
     replicas: dict[str, set[str]] = field(default_factory=dict)  # model → its replicas here
+    # Sources the run placed here that the store does not hold: bytes each will take once
+    # staged (0 when the size is unknown). A second replica of one needs no more room.
+    staged: dict[str, int] = field(default_factory=dict)
 
 
 NO_RELAX = Relax()
@@ -60,6 +65,10 @@ class PlacementState:
         self._holdings: dict[str, _Holdings] = {}
         for node in self.nodes:
             holdings = _Holdings()
+            if relax.capacity and not relax.conditions:
+                # Invalid shards are not ours to free: while one says it runs, what it says
+                # it reserves stays reserved (docs/facts.md) until someone sees to it.
+                holdings.memory_gib = reserved_by_invalid(node.invalid_shards)
             if not relax.capacity:
                 holdings.memory_gib = node.memory_reserved_gib
                 for shard in node.shards:
@@ -80,6 +89,16 @@ class PlacementState:
                 self._placed.setdefault(model, {})[node.name] = len(replicas)
         # Per node and class: the healthy GPU indices, sorted; computed once per run.
         self._healthy: dict[tuple[str, str, float | None], tuple[int, ...]] = {}
+        # Each source's size as the nodes holding it complete report it (the largest,
+        # should they differ), for profiles without `disk_gb`.
+        self._reported: dict[str, int] = {}
+        # Each source's nodes that reported it stored complete, for the preference.
+        self._holders: dict[str, set[str]] = {}
+        for node in self.nodes:
+            for weights in node.model_store.weights if node.model_store else ():
+                known = self._reported.get(weights.source, 0)
+                self._reported[weights.source] = max(known, weights.bytes)
+                self._holders.setdefault(weights.source, set()).add(node.name)
 
     def static_rejections(self, profile: CatalogProfile) -> list[Rejection | None]:
         """Per node (snapshot order), the first constraint that fails whatever is held."""
@@ -90,7 +109,7 @@ class PlacementState:
         return cached
 
     def _static_check(self, profile: CatalogProfile, node: NodeView) -> Rejection | None:
-        return first_static_rejection(Subject(profile.name, profile.spec, node, self.relax, self))
+        return first_static_rejection(subject(profile, node, self))
 
     def healthy_gpus(
         self, node: NodeView, gpu_class: str, gpu_memory_gb: float | None = None
@@ -124,6 +143,23 @@ class PlacementState:
     def reserved_gib(self, node: NodeView) -> float:
         return self._holdings[node.name].memory_gib
 
+    def weights_bytes(self, source: str, spec: ProfileSpec) -> int | None:
+        return weights_bytes(source, spec.engine, spec.disk_gb, self._reported.get(source))
+
+    def holders(self, source: str) -> frozenset[str]:
+        """The nodes that reported the source stored complete. (Not those the run stages it
+        on: the preference is for a node that starts without a download, as the probe saw
+        it.)"""
+        return frozenset(self._holders.get(source, ()))
+
+    def will_hold(self, node: NodeView, source: str) -> bool:
+        """The node's store holds the source complete, or will once the run stages it."""
+        stored = node.model_store is not None and node.model_store.holds(source)
+        return stored or source in self._holdings[node.name].staged
+
+    def staged_bytes(self, node: NodeView) -> int:
+        return sum(self._holdings[node.name].staged.values())
+
     def hold(self, replica: str, profile: CatalogProfile, shards: Iterable[ShardPlacement]) -> None:
         for shard in shards:
             holdings = self._holdings[shard.node]
@@ -132,6 +168,10 @@ class PlacementState:
                     raise AssertionError(f"GPU {index} of {shard.node} handed out twice")
                 holdings.gpus[index] = replica
             holdings.memory_gib += profile.spec.min_memory_gb or 0.0
+            node = self.nodes[self._position[shard.node]]
+            if not self.will_hold(node, profile.source):
+                size = self.weights_bytes(profile.source, profile.spec)
+                holdings.staged[profile.source] = size or 0
             mine = holdings.replicas.setdefault(profile.model, set())
             if replica not in mine:
                 mine.add(replica)
@@ -174,12 +214,16 @@ class PlacementState:
         return self._placed.setdefault(model, {})
 
 
+def subject(profile: CatalogProfile, node: NodeView, state: PlacementState) -> Subject:
+    return Subject(profile.name, profile.spec, node, state.relax, state, profile.source)
+
+
 def _capacity_check(
     profile: CatalogProfile, node: NodeView, static: Rejection | None, state: PlacementState
 ) -> Rejection | int:
     """The node's first failing constraint, in the documented order, or its free GPU count."""
     spec = profile.spec
-    rejection = first_rejection(Subject(profile.name, spec, node, state.relax, state), static)
+    rejection = first_rejection(subject(profile, node, state), static)
     if rejection is not None:
         return rejection
     if not spec.uses_gpus or spec.gpu_class is None:

@@ -21,6 +21,7 @@ book, manual replicas, drains with their replacements): the buckets decide toget
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -515,7 +516,7 @@ def _start(
             profile.source,
             _store(stores, s.node)[0] or DEFAULT_MODEL_STORE,
             store_directory(profile.source),
-            None,
+            None if profile.spec.disk_gb is None else math.ceil(profile.spec.disk_gb * 1e9),
             profile.key if profile.token is not None else None,
         )
         for s in shards

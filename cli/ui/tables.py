@@ -19,7 +19,7 @@ from cli.catalog.load import Catalog, CatalogModel
 from cli.cluster import views
 from cli.cluster.snapshot import NodeView, Snapshot, Status
 from cli.facts.model import NodeFacts
-from cli.placement.constraints import gb
+from cli.placement.constraints import BYTES_PER_GB, gb
 from cli.ui.console import out
 from cli.ui.safe import shown
 
@@ -165,9 +165,12 @@ def memory_cell(node: NodeView) -> str:
     # An old probe that says nothing is not a small machine: "-", never 0.
     if node.memory_total_gib is None:
         return "-"
-    return (
-        gb(node.memory_total_gib) if node.memory_total_gib < 10 else f"{node.memory_total_gib:.0f}"
-    )
+    return figure(node.memory_total_gib)
+
+
+def figure(value: float) -> str:
+    """A size in a table: a decimal under 10, whole above (`7.8`, `2015`)."""
+    return gb(value) if value < 10 else f"{value:.0f}"
 
 
 def fabrics_cell(node: NodeView) -> str:
@@ -178,6 +181,20 @@ def fabrics_cell(node: NodeView) -> str:
         else:
             parts.append(f"{fabric.name} {len(fabric.active_hcas)}/{len(fabric.hcas)}")
     return ", ".join(parts) or "-"
+
+
+def store_cell(node: NodeView) -> str:
+    """The model store: free space, and how many sources it holds complete and their size
+    (GB of 10^9 bytes, as disks are sold); `?` when the node did not report it."""
+    store = node.model_store
+    if store is None:
+        return "?"
+    text = f"{figure(store.free_bytes / BYTES_PER_GB)} GB free"
+    if store.weights:
+        text += f", {len(store.weights)} held ({figure(store.stored_bytes / BYTES_PER_GB)} GB)"
+    if not store.present:
+        text += ", not made yet"
+    return text
 
 
 def labels_cell(node: NodeView) -> str:
@@ -205,22 +222,30 @@ NODE_COLUMNS = (
 )
 
 
-def nodes_table(snapshot: Snapshot, width: int | None = None) -> Table:
+STORE_COLUMN = Column("STORE")
+
+
+def nodes_table(snapshot: Snapshot, width: int | None = None, wide: bool = False) -> Table:
+    """One row per node; `wide` adds the model store after MEM."""
     rows = []
     for node in snapshot.nodes:
         status = node.status
-        rows.append(
-            [
-                Cell.of(node.name),
-                Cell.of(status.value, STATUS_STYLE[status]),
-                Cell.of(gpus_cell(node)),
-                Cell.of(memory_cell(node)),
-                Cell.of(fabrics_cell(node)),
-                Cell.of(labels_cell(node)),
-                Cell.of(shards_cell(node)),
-            ]
-        )
-    return fitted_table(NODE_COLUMNS, rows, width)
+        row = [
+            Cell.of(node.name),
+            Cell.of(status.value, STATUS_STYLE[status]),
+            Cell.of(gpus_cell(node)),
+            Cell.of(memory_cell(node)),
+            Cell.of(fabrics_cell(node)),
+            Cell.of(labels_cell(node)),
+            Cell.of(shards_cell(node)),
+        ]
+        if wide:
+            row.insert(4, Cell.of(store_cell(node)))
+        rows.append(row)
+    columns: tuple[Column, ...] = NODE_COLUMNS
+    if wide:
+        columns = (*NODE_COLUMNS[:4], STORE_COLUMN, *NODE_COLUMNS[4:])
+    return fitted_table(columns, rows, width)
 
 
 def node_notes(snapshot: Snapshot) -> list[str]:

@@ -69,6 +69,10 @@ def test_place_all_on_the_example_fleet_places_what_fits_and_explains_the_rest()
     assert re.search(r"\n +hgx-4  GPU 2-5 .*mlx5_0,2-3 +┘", out)
     assert "deepseek-v3-1        NOT PLACED — blocked" in out
     assert "1 cordoned (hgx-5: PSU fan failing)" in out
+    assert (
+        "1 has too little free disk for the weights (a100-1: has 40.2 GB free in"
+        " /var/lib/modelfleet/models, needs 150; weights stored there hold 138 GB)"
+    ) in " ".join(out.split())
     assert "hgx-3: GPU 4: 2 uncorrected ECC errors" in " ".join(out.split())
     assert "llama-3.1-8b: 1 running (llama-3.1-8b-1), replicas.min reached" in out
     assert all(len(line) <= 100 for line in out.splitlines()), out
@@ -93,13 +97,17 @@ def test_place_json_on_the_example_fleet_follows_the_documented_shape() -> None:
     assert ("hgx-5", "node-status", "condition") in codes
     assert ("cpu-small", "gpu-class", "hardware") in codes
     assert len(refused["rejections"]) == 12  # every node, for its only profile
-    # The 70B's A100 profile asks 80 GB cards: the 40 GB box is refused for that, for good.
+    # The 70B's A100 profile asks 80 GB cards: the 40 GB box is refused for that, for good;
+    # the 80 GB box's model store is nearly full, of a retired model's weights: not now.
     a100x4 = [r for r in multi["rejections"] if r["profile"] == "a100x4"]
     assert {(r["node"], r["constraint"], r["blocking"], r["message"]) for r in a100x4} >= {
         ("a100-2", "gpu-memory", "hardware", "GPU 0-3 have 42.9 GB, needs 80"),
-        ("a100-1", "gpus", "capacity", "2 of 4 A100 free, needs 4 (GPU 0-1 held by"
-         " mistral-small-24b-1)"),
+        ("a100-1", "disk", "capacity", "has 40.2 GB free in /var/lib/modelfleet/models,"
+         " needs 150; weights stored there hold 138 GB"),
     }  # fmt: skip
+    assert [a["weights_bytes"] for a in multi["attempts"]] == [150 * 10**9] * 3
+    # So the 24B went to the other A100 box, which has the room.
+    assert [s["node"] for s in by_replica["mistral-small-24b-1"]["shards"]] == ["a100-2"]
     for placement in data["placements"]:
         assert set(placement) >= {"model", "placed", "profile", "shards", "rejections"}
 
@@ -199,7 +207,7 @@ def test_a_bad_catalog_is_one_line_per_problem_and_exit_code_2(tmp_path: Path) -
     result = ctl("catalog", "check", "--catalog", "catalog.yaml", cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "error: catalog.yaml:90: models.llama-3.1-70b.profiles[0]: unknown key"
+        "error: catalog.yaml:94: models.llama-3.1-70b.profiles[0]: unknown key"
         " 'gpus_per_nod' (did you mean 'gpus_per_node'?)"
     ]
 
@@ -272,3 +280,34 @@ def test_the_readme_commands_table_names_every_command_and_nothing_else() -> Non
     table = "\n".join(line for line in section.splitlines() if line.startswith("| `ctl"))
     named = set(re.findall(r"`(ctl [a-z][a-z-]*(?: (?:check|init))?)\b", table))
     assert commands == named
+
+
+def test_nodes_wide_shows_each_nodes_model_store_and_unknown_as_a_question_mark() -> None:
+    result = ctl("nodes", "--wide", *FLEET_ARGS, env={"COLUMNS": "200"})
+    assert result.returncode == 1, result.stderr  # l40s-2 is Unreachable
+    header, *rows = result.stdout.splitlines()
+    assert header.split() == [
+        "NAME", "STATUS", "GPUS", "MEM", "STORE", "FABRICS", "LABELS", "SHARDS",
+    ]  # fmt: skip
+    by_name = {row.split()[0]: row for row in rows if row and not row.startswith(" ")}
+    assert re.search(r" 1008  40 GB free, 1 held \(138 GB\) +- ", by_name["a100-1"])
+    assert re.search(r" 2015  7384 GB free, 2 held \(157 GB\) +ib-east", by_name["hgx-1"])
+    assert re.search(r" 7\.8  61 GB free, not made yet +- ", by_name["cpu-small"])
+    assert re.search(r" -  \? +- ", by_name["cpu-old"])  # an old probe: unknown, not empty
+
+
+def test_nodes_json_carries_the_model_store_as_the_node_reported_it() -> None:
+    result = ctl("nodes", *FLEET_ARGS, "--json")
+    nodes = {n["name"]: n for n in json.loads(result.stdout)["nodes"]}
+    assert nodes["cpu-old"]["model_store"] is None
+    store = nodes["a100-1"]["model_store"]
+    assert (store["path"], store["present"], store["free_bytes"]) == (
+        "/var/lib/modelfleet/models", True, 40_213_508_096,
+    )  # fmt: skip
+    assert store["weights"] == [
+        {
+            "source": "hf://meta-llama/Llama-2-70b-chat-hf",
+            "bytes": 137_976_864_768,
+            "completed": "2026-06-02T11:20:55Z",
+        }
+    ]

@@ -14,6 +14,7 @@ import pytest
 
 from cli.cluster.snapshot import Reachability
 from cli.facts.gather import Target, gather
+from cli.facts.model import store_directory
 from cli.facts.parse import parse_meminfo
 from cli.facts.probe import facts_from_probe
 from cli.inventory.load import load_inventory
@@ -114,10 +115,14 @@ def test_a_closed_port_is_connection_refused(sshd: Sshd, tmp_path: Path) -> None
     assert attempt.error == f"connection refused on port {port}"
 
 
-def write_inventory(tmp_path: Path, server: Sshd, cordoned: bool = False) -> Path:
+def write_inventory(
+    tmp_path: Path, server: Sshd, cordoned: bool = False, store: Path | None = None
+) -> Path:
     directory = tmp_path / "inventory"
     directory.mkdir(exist_ok=True)
     cordon = '\n      cordoned: "disk replacement"' if cordoned else ""
+    if store is not None:
+        cordon += f"\n      modelfleet_model_store: {store}"
     (directory / "hosts.yml").write_text(
         f"""all:
   hosts:
@@ -152,6 +157,21 @@ def test_an_unreached_node_keeps_its_last_facts_and_turns_lost_only_much_later(
     assert blip.facts["local"].last_reached == NOW
     later = gather_fleet(inventory, inventory_dir, options, now=NOW + timedelta(hours=2))
     assert later.snapshot.node("local").reachability is Reachability.LOST
+
+
+def test_the_inventorys_model_store_is_the_one_the_node_reports(tmp_path: Path) -> None:
+    store = tmp_path / "models"  # the sshd runs here: the node's filesystem is this one
+    weights = store / store_directory("hf://org/m")
+    weights.mkdir(parents=True)
+    (weights / ".modelfleet-complete").write_text('{"source": "hf://org/m", "bytes": 5}\n')
+    options = AppContext(state_dir=tmp_path / "state")
+    with running_sshd(tmp_path / "sshd") as server:
+        inventory_dir = write_inventory(tmp_path, server, store=store)
+        fleet = gather_fleet(load_inventory(inventory_dir), inventory_dir, options, now=NOW)
+    reported = fleet.facts["local"].model_store
+    assert reported is not None, fleet.facts["local"].notes
+    assert (reported.path, reported.present) == (str(store), True)
+    assert [(w.source, w.bytes) for w in reported.weights] == [("hf://org/m", 5)]
 
 
 def test_gathering_never_clears_a_cordon(tmp_path: Path) -> None:

@@ -134,7 +134,8 @@ def test_both_previews_and_the_pass_start_the_same_replicas_on_the_same_gpus(
         ("qwen2.5-coder-14b-2", 0): ("hgx-2", (0, 1)),  # GPU 0: the failed llama-3.1-8b-1's
         ("qwen2.5-coder-7b-1", 0): ("l40s-1", (2,)),
         ("llama-3.2-3b-1", 0): ("cpu-big", ()),
-        ("mistral-small-24b-1", 0): ("a100-1", (0, 1)),
+        # a100-1 has the GPUs, but its model store is full of a retired model's weights
+        ("mistral-small-24b-1", 0): ("a100-2", (0, 1)),
         ("llama-3.1-70b-1", 0): ("hgx-1", (0, 1, 2, 3, 4, 5, 6, 7)),
         ("llama-3.1-70b-2", 0): ("hgx-3", (0, 1, 2, 3)),
         ("llama-3.1-70b-2", 1): ("hgx-4", (2, 3, 4, 5)),

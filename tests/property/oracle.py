@@ -18,9 +18,9 @@ The rules of docs/placement.md it encodes:
   of the class; hardware, or condition when the node did not report GPUs), gpu-memory (as
   many of them as the profile needs have gpu_memory_gb each, in GB of 10^9 bytes, unknown
   memory passing: hardware; from here on only those count), gpus (enough of
-  the class: hardware; enough usable: condition; enough usable and free: capacity), fabric
-  (multi-node only). The blocking words are the doc's: capacity when our shards hold it,
-  condition for the node's state, hardware for what the node is.
+  the class: hardware; enough usable: condition; enough usable and free: capacity), disk
+  (below), fabric (multi-node only). The blocking words are the doc's: capacity when our
+  shards hold it, condition for the node's state, hardware for what the node is.
 - A multi-node attempt: a node that passes the five but can join no fabric (no fabric:
   hardware; no ACTIVE HCA on any: condition) is refused with `fabric`; when no fabric has
   enough eligible nodes, every other passing node is refused with `fabric` (hardware).
@@ -37,7 +37,23 @@ The rules of docs/placement.md it encodes:
   each, the emptiest nodes (most free GPUs of the class, ties to the name); the group
   with the most free GPUs wins, then the faster fabric, then the fabric's name. Rank 0 is
   the emptiest node; each shard gets that fabric's usable HCAs on its node.
-- Verdicts: not-now when some profile fits with nothing of ours held; blocked when it fits
+- disk: only what is staged in the store needs room (docs/reconcile.md's table): hf://
+  for vLLM and SGLang, http(s):// for llama.cpp; a file:// path, llama.cpp's hf:// (its
+  own -hf download) and s3:// need none. Otherwise
+  the weights' size is the profile's disk_gb in bytes of 10^9, else the largest size
+  any node's store reports for the source, else unknown, which passes. A node whose store
+  holds the source complete, or where the run already placed that source, passes. A node
+  that did not report its store: condition. A filesystem smaller than the size: hardware.
+  Free space, less the sizes of the sources the run placed there (once each), below the
+  size: capacity when that plus the bytes of the weights stored there plus the run's
+  sources would be enough, condition otherwise. Nothing of ours held: the stored weights
+  count as free. Every node is healthy: a big enough filesystem passes.
+- Among nodes equal up to best fit (single-node; for CPU replicas, up to the memory left),
+  and among equally empty ones of a fabric (multi-node), a node whose store holds the
+  source complete (as reported: not one the run placed it on) wins; between fabric groups
+  equal in free GPUs and rate, the one with more such nodes.
+- Verdicts: not-now when some profile fits with nothing of ours held (what invalid shards
+  say they reserve is not ours: still reserved); blocked when it fits
   only if besides every node were Ready, uncordoned, every GPU and HCA healthy, and a node
   that did not report its GPUs had as many as the profile needs; never otherwise.
 
@@ -59,7 +75,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from cli.catalog.load import Catalog, CatalogModel, CatalogProfile
@@ -102,24 +118,30 @@ class Ledger:
     gpus: dict[str, dict[int, str]] = field(default_factory=dict)
     memory: dict[str, float] = field(default_factory=dict)
     replicas: dict[str, dict[str, set[str]]] = field(default_factory=dict)
+    # node → source → bytes: sources the run placed there that its store did not hold.
+    staged: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, snapshot: Snapshot) -> Ledger:
+    def of(cls, snapshot: Snapshot, ours: bool = True) -> Ledger:
+        """What is held; `ours` False: only what invalid shards say they reserve, which
+        freeing our replicas does not free (they are not ours)."""
         ledger = cls()
         for node in snapshot.nodes:
             ledger.gpus[node.name] = {
-                gpu.index: gpu.held_by for gpu in node.gpus or () if gpu.held_by is not None
+                gpu.index: gpu.held_by
+                for gpu in node.gpus or ()
+                if gpu.held_by is not None and ours
             }
             # A failed shard's processes are gone: it holds no memory (docs/placement.md).
             # An invalid shard that says it runs may still hold what it says (docs/facts.md).
-            records = (*node.shards, *(bad.record for bad in node.invalid_shards))
+            records = (*(node.shards if ours else ()), *(b.record for b in node.invalid_shards))
             held = (s for s in records if s.state in ("running", "starting"))
             ledger.memory[node.name] = sum(
                 s.memory_gib or 0.0
                 for s in held
                 if s.memory_gib is None or 0 <= s.memory_gib <= 1024.0 * 1024
             )
-            for shard in node.shards:
+            for shard in node.shards if ours else ():
                 ledger.count(shard.model, node.name, shard.replica)
         return ledger
 
@@ -135,8 +157,13 @@ class Ledger:
         replica: str,
         spec: Profile,
         shards: Iterable[tuple[str, Sequence[int]]],
+        source: str = "",
+        size: int | None = None,
+        stored: Callable[[str], bool] = lambda node: False,
     ) -> None:
         for node, gpus in shards:
+            if not stored(node):
+                self.staged.setdefault(node, {}).setdefault(source, size or 0)
             held = self.gpus.setdefault(node, {})
             for index in gpus:
                 assert index not in held, f"GPU {index} of {node} handed out twice"
@@ -149,7 +176,42 @@ def uses_gpus(spec: Profile) -> bool:
     return spec.gpus_per_node > 0 and spec.gpu_class is not None
 
 
-def check(spec: Profile, node: NodeView, ledger: Ledger | None, relax: Relax) -> Check:
+def holds_complete(node: NodeView, source: str) -> bool:
+    return node.model_store is not None and any(
+        w.source == source for w in node.model_store.weights
+    )
+
+
+def disk(
+    source: str, size: int | None, node: NodeView, ledger: Ledger | None, relax: Relax
+) -> Refusal | None:
+    if not size or holds_complete(node, source):
+        return None
+    store = node.model_store
+    if store is None:
+        return None if relax.conditions else Refusal("disk", "condition")
+    if store.total_bytes < size:
+        return Refusal("disk", "hardware")
+    staged = ledger.staged.get(node.name, {}) if ledger is not None else {}
+    if source in staged:
+        return None
+    stored = sum(w.bytes for w in store.weights)
+    free = store.free_bytes - sum(staged.values())
+    if free >= size or (relax.capacity and free + stored >= size) or relax.conditions:
+        return None
+    if free + stored + sum(staged.values()) >= size:
+        return Refusal("disk", "capacity")
+    return Refusal("disk", "condition")
+
+
+def check(
+    spec: Profile,
+    node: NodeView,
+    ledger: Ledger | None,
+    relax: Relax,
+    source: str = "",
+    size: int | None = None,
+) -> Check:
     """The node's first failing constraint for `spec` (docs order), or its free GPUs.
     `ledger` None: nothing of ours is held."""
     if not relax.conditions and (
@@ -167,11 +229,13 @@ def check(spec: Profile, node: NodeView, ledger: Ledger | None, relax: Relax) ->
         if total - reserved < need_gib:
             return Refusal("memory", "capacity")
     if not uses_gpus(spec):
-        return Passes(())
+        return disk(source, size, node, ledger, relax) or Passes(())
     need = spec.gpus_per_node
     if node.gpus is None:
         if relax.conditions:
-            return Passes(tuple(range(need)), assumed=True)
+            return disk(source, size, node, ledger, relax) or Passes(
+                tuple(range(need)), assumed=True
+            )
         return Refusal("gpu-class", "condition")
     of_class = [gpu for gpu in node.gpus if gpu.gpu_class == spec.gpu_class]
     if not of_class:
@@ -195,7 +259,7 @@ def check(spec: Profile, node: NodeView, ledger: Ledger | None, relax: Relax) ->
     free = tuple(sorted(gpu.index for gpu in usable if gpu.index not in held))
     if len(free) < need:
         return Refusal("gpus", "capacity")
-    return Passes(free)
+    return disk(source, size, node, ledger, relax) or Passes(free)
 
 
 # --- GPUs inside NVLink domains --------------------------------------------------------------
@@ -388,18 +452,48 @@ class Oracle:
         return Expectation(model_name, tuple(attempts), self.verdict(model))
 
     def hold(
-        self, model: str, replica: str, spec: Profile, shards: Iterable[tuple[str, Sequence[int]]]
+        self,
+        model: str,
+        replica: str,
+        profile: CatalogProfile,
+        shards: Iterable[tuple[str, Sequence[int]]],
     ) -> None:
-        self.ledger.hold(model, replica, spec, shards)
+        self.ledger.hold(
+            model,
+            replica,
+            profile.spec,
+            shards,
+            profile.source,
+            self.size(profile),
+            lambda node: holds_complete(self.nodes[node], profile.source),
+        )
+
+    def size(self, profile: CatalogProfile) -> int | None:
+        """The bytes its weights take: disk_gb, else the most any node reports, else None."""
+        staged = (
+            ("hf://",) if profile.spec.engine in ("vllm", "sglang") else ("https://", "http://")
+        )
+        if not profile.source.startswith(staged):
+            return 0  # read where it is, or fetched by the engine itself: nothing is staged
+        if profile.spec.disk_gb is not None:
+            return math.ceil(profile.spec.disk_gb * 10**9)
+        reported = [
+            w.bytes
+            for node in self.snapshot.nodes
+            for w in (node.model_store.weights if node.model_store else ())
+            if w.source == profile.source
+        ]
+        return max(reported, default=None)
 
     def verdict(self, model: CatalogModel) -> str:
         if model.name not in self._verdicts:
             found = "never"
-            for relax, verdict in (
-                (Relax(capacity=True), "not-now"),
-                (Relax(capacity=True, conditions=True), "blocked"),
+            theirs = Ledger.of(self.snapshot, ours=False)
+            for relax, ledger, verdict in (
+                (Relax(capacity=True), theirs, "not-now"),
+                (Relax(capacity=True, conditions=True), None, "blocked"),
             ):
-                if any(self.attempt(p, None, relax, 1).fits for p in model.profiles):
+                if any(self.attempt(p, ledger, relax, 1).fits for p in model.profiles):
                     found = verdict
                     break
             self._verdicts[model.name] = found
@@ -411,7 +505,11 @@ class Oracle:
         self, profile: CatalogProfile, ledger: Ledger | None, relax: Relax, spread: int
     ) -> Attempt:
         spec = profile.spec
-        checks = {name: check(spec, node, ledger, relax) for name, node in self.nodes.items()}
+        size = self.size(profile)
+        checks = {
+            name: check(spec, node, ledger, relax, profile.source, size)
+            for name, node in self.nodes.items()
+        }
         refusals = {name: c for name, c in checks.items() if isinstance(c, Refusal)}
         passing = {name: c for name, c in checks.items() if isinstance(c, Passes)}
         if spec.nodes == 1:
@@ -431,10 +529,13 @@ class Oracle:
         def here(name: str) -> int:
             return ledger.here(model, name) if ledger is not None else 0
 
+        def lacks(name: str) -> bool:
+            return not holds_complete(self.nodes[name], profile.source)
+
         if not uses_gpus(spec):
             need = spec.min_memory_gb or 0.0
 
-            def cpu_key(name: str) -> tuple[bool, bool, bool, float, int]:
+            def cpu_key(name: str) -> tuple[bool, bool, bool, float, bool, int]:
                 node = self.nodes[name]
                 total = node.memory_total_gib
                 reserved = ledger.memory.get(name, 0.0) if ledger is not None else 0.0
@@ -444,17 +545,19 @@ class Oracle:
                     here(name) >= spread,
                     total is None,
                     left,
+                    lacks(name),
                     self.order[name],
                 )
 
             return min(passing, key=cpu_key)
 
-        def gpu_key(name: str) -> tuple[int, bool, int, int, int]:
+        def gpu_key(name: str) -> tuple[int, bool, int, bool, int, int]:
             passes = passing[name]
             return (
                 quality(passes, spec, self.nodes[name].nvlink_domains),
                 here(name) >= spread,
                 passes.count,
+                lacks(name),
                 here(name),
                 self.order[name],
             )
@@ -480,7 +583,7 @@ class Oracle:
                 joinable[name] = fabrics
             else:
                 refusals[name] = Refusal("fabric", "hardware" if not node.fabrics else "condition")
-        best: tuple[tuple[int, float, str], Group] | None = None
+        best: tuple[tuple[int, float, int, str], Group] | None = None
         fabric_names = sorted({f for fabrics in joinable.values() for f in fabrics})
         for fabric in fabric_names:
             on = [name for name in joinable if fabric in joinable[name]]
@@ -490,14 +593,21 @@ class Oracle:
             if not combos:
                 continue
 
-            def emptiest(combo: tuple[str, ...]) -> tuple[int, list[tuple[int, int]]]:
-                ranked = sorted((-passing[n].count, self.order[n]) for n in combo)
-                return -sum(passing[n].count for n in combo), ranked
+            def rank(n: str) -> tuple[int, bool, int]:
+                return (
+                    -passing[n].count,
+                    not holds_complete(self.nodes[n], profile.source),
+                    self.order[n],
+                )
+
+            def emptiest(combo: tuple[str, ...]) -> tuple[int, list[tuple[int, bool, int]]]:
+                return -sum(passing[n].count for n in combo), sorted(rank(n) for n in combo)
 
             combo = min(combos, key=emptiest)
-            ranked = sorted(combo, key=lambda n: (-passing[n].count, self.order[n]))
+            ranked = sorted(combo, key=rank)
             rate = min(fabric_rate(self.nodes[n], fabric) for n in ranked)
-            key = (-sum(passing[n].count for n in ranked), -rate, fabric)
+            holding = sum(holds_complete(self.nodes[n], profile.source) for n in ranked)
+            key = (-sum(passing[n].count for n in ranked), -rate, -holding, fabric)
             group = Group(fabric, tuple((n, joinable[n][fabric]) for n in ranked))
             if best is None or key < best[0]:
                 best = (key, group)

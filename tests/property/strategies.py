@@ -22,7 +22,10 @@ often (tests/property/test_placement_oracle.py measures how often):
 - nodes with exactly `need` and `need - 1` healthy free GPUs of the fleet's class, the
   rest faulty, foreign-held or held by our shards;
 - models whose `replicas.max` makes the spread limit (a quarter of it, rounded up) more
-  than one replica per node.
+  than one replica per node;
+- model stores with exactly a profile's `disk_gb` free, or a GB less, filled by weights of
+  ours or by other files, filesystems smaller than the ask, stores not reported, and the
+  catalog's sources stored complete on some nodes (with and without `disk_gb`).
 """
 
 from __future__ import annotations
@@ -39,7 +42,16 @@ from hypothesis import strategies as st
 from cli.catalog.load import Catalog, parse_catalog
 from cli.cluster.snapshot import Snapshot, build_snapshot
 from cli.facts.gpuclass import gpu_class
-from cli.facts.model import Gpu, GpuProcess, HcaPort, Memory, NodeFacts, ShardRecord
+from cli.facts.model import (
+    Gpu,
+    GpuProcess,
+    HcaPort,
+    Memory,
+    ModelStore,
+    NodeFacts,
+    ShardRecord,
+    StoredWeights,
+)
 from cli.inventory.schema import Fabric, Host, HostVars
 from cli.placement.place import PlacementRun, place
 
@@ -70,6 +82,10 @@ MEMORY_GIB = (0.5, 1, 2, 4, 8, 16, 24, 32, 64, 128, 512)  # dyadic: sums compare
 GPU_MEMORY_MIB = (81559, 81559, 81559, 81559, 40960, 24576, None)
 GPU_MEMORY_ASKS = (40, 80, 80, 24)
 TWIN_TOTAL_MIB = (1048576, 1048576, None, 262144, 2048)
+GB = 10**9
+DISK_ASKS = (15, 140, 140, 700)  # a profile's disk_gb
+STORED_GB = (15, 140, 30, 700)  # what a node says a stored source takes
+FILESYSTEM_GB = (4000, 1000, 1000, 200, 100)
 TOTAL_MIB = (None, 2048, 8192, 16384, 24576, 65536, 262144, 1048576, None, 0, 33333, 1500001)
 SHARD_MEMORY_GIB = (None, 1.0, 8.0, 32.0)
 # (variant of the GPU's name, ECC count and memory used of a healthy GPU)
@@ -199,6 +215,8 @@ def profile_dict(
         profile["engine"] = "llama.cpp"
         if one_in(draw, 2):
             profile["min_memory_gb"] = pick(draw, MEMORY_GIB)
+        if one_in(draw, 4):
+            profile["disk_gb"] = pick(draw, DISK_ASKS)
         if one_in(draw, 2):
             profile["node_selector"] = selector(draw)
         return profile
@@ -221,6 +239,8 @@ def profile_dict(
         profile["min_memory_gb"] = pick(draw, MEMORY_GIB)
     if one_in(draw, 4):
         profile["gpu_memory_gb"] = pick(draw, GPU_MEMORY_ASKS)
+    if one_in(draw, 4):
+        profile["disk_gb"] = pick(draw, DISK_ASKS)
     if one_in(draw, 6):
         profile["node_selector"] = selector(draw)
     return profile
@@ -291,6 +311,8 @@ class Fleet:
     memory_asks: tuple[float, ...] = ()  # every min_memory_gb of the catalog
     # Models whose spread limit is more than one replica per node (replicas.max ≥ 5).
     spread_models: tuple[str, ...] = ()
+    disk_asks: tuple[float, ...] = ()  # every disk_gb of the catalog
+    sources: tuple[str, ...] = ()  # every source of the catalog
 
 
 GpuFacts = tuple[
@@ -458,6 +480,36 @@ def memory_mib(
     return pick(draw, TWIN_TOTAL_MIB if twin else TOTAL_MIB)
 
 
+def model_store(draw: st.DrawFn, fleet: Fleet, twin: bool) -> ModelStore | None:
+    """The store: sometimes not reported; free space often exactly a profile's disk_gb or
+    a GB less, the rest of the filesystem weights of ours or other files; a twin's mostly
+    roomy, so multi-node replicas still fit."""
+    if one_in(draw, 16 if twin else 8):
+        return None
+    weights = []
+    for source in fleet.sources:
+        if one_in(draw, 4):
+            weights.append(StoredWeights(source=source, bytes=pick(draw, STORED_GB) * GB))
+    stored = sum(w.bytes for w in weights)
+    if fleet.disk_asks and one_in(draw, 6 if twin else 2):
+        ask = fleet.disk_asks[number(draw, 0, len(fleet.disk_asks) - 1)]
+        free = int(ask * GB) - pick(draw, (0, 0, GB))
+        total = free + stored + pick(draw, (0, 50, 500)) * GB
+    else:
+        total = (pick(draw, FILESYSTEM_GB) if not twin else 4000) * GB
+        total = max(total, stored)
+        free = min(total - stored, pick(draw, (4000, 2000, 500, 100, 10)) * GB)
+    path = "/var/lib/modelfleet/models"
+    return ModelStore(
+        path=path,
+        present=True,
+        measured=path,
+        total_bytes=total,
+        free_bytes=max(free, 0),
+        weights=tuple(weights),
+    )
+
+
 def node_input(draw: st.DrawFn, name: str, fleet: Fleet) -> NodeInput:
     # In a pod, most nodes are healthy twins: Ready, 8 GPUs of the class, on its fabric.
     twin = fleet.pod and not one_in(draw, 4)
@@ -487,6 +539,7 @@ def node_input(draw: st.DrawFn, name: str, fleet: Fleet) -> NodeInput:
         nvlink_domains=domains,
         hcas=ports,
         shards=shards,
+        model_store=model_store(draw, fleet, twin),
     )
     return NodeInput(name, None if presence == "facts-only" else host, facts)
 
@@ -573,6 +626,8 @@ def _draw_scenario(draw: st.DrawFn, max_nodes: int) -> Scenario:
         gpu_needs=tuple(sorted({s.gpus_per_node for s in specs if s.gpu_class == gpu_class_})),
         memory_asks=tuple(sorted({s.min_memory_gb for s in specs if s.min_memory_gb})),
         spread_models=tuple(name for name, m in catalog.models.items() if m.replicas_max >= 5),
+        disk_asks=tuple(sorted({s.disk_gb for s in specs if s.disk_gb})),
+        sources=tuple(sorted({p.source for m in catalog.models.values() for p in m.profiles})),
     )
     names: list[str] = []
     for _ in range(number(draw, 2 if fleet.pod else 0, max_nodes)):

@@ -26,7 +26,15 @@ import pytest
 from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
-from cli.facts.model import Gpu, GpuProcess, HcaPort, Memory, NodeFacts, ShardRecord
+from cli.facts.model import (
+    Gpu,
+    GpuProcess,
+    HcaPort,
+    Memory,
+    NodeFacts,
+    ShardRecord,
+    store_directory,
+)
 from cli.facts.parse import (
     FactsParseError,
     apply_cgroup_limit,
@@ -34,6 +42,7 @@ from cli.facts.parse import (
     parse_infiniband,
     parse_listening_ports,
     parse_meminfo,
+    parse_model_store,
     parse_query_gpu,
     parse_shard_records,
     parse_topology,
@@ -239,6 +248,17 @@ def fake_output(name: str) -> st.SearchStrategy[str]:
     return fake_data().map(lambda data: precomputed(data)[f"{name}.out"])
 
 
+# A model store as probe.sh prints it: two markers (one of a source whose directory is not
+# its own), and statfs's figures.
+STORE = (
+    "store\t/var/lib/modelfleet/models\tpresent\n"
+    f"complete\t{store_directory('hf://org/a')}\t"
+    '{"source": "hf://org/a", "bytes": 140000000000}\n'
+    'complete\telsewhere\t{"source": "hf://org/b", "bytes": 7}\n'
+    "filesystem\t4096\t244140625\t19531250\n"
+)
+
+
 # --- any text in ----------------------------------------------------------------------------
 
 
@@ -303,6 +323,12 @@ PARSERS = {
             )
         ),
     ),
+    # Bad marker lines are notes; only a section without its store or filesystem is refused.
+    "model-store": Parser(
+        "model store",
+        parse_model_store,
+        texts_like(STORE, "store\t/srv/models\tabsent\t/srv\nfilesystem\t512\t100\t0\n"),
+    ),
     "shards": Parser(
         "shard records",
         parse_shard_records,
@@ -356,6 +382,7 @@ def probe_output(data: FakeData, shards: str) -> str:
         },
         "infiniband": (SYSFS, "0"),
         "listening": ("\n".join([TCP_HEADER, tcp_row(0, 8000, "0A", False)]), "0"),
+        "model-store": (STORE, "0"),
         "shards": (shards, "0"),
     }  # fmt: skip
     return "".join(

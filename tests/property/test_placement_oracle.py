@@ -61,7 +61,7 @@ def compare(scenario: Scenario) -> tuple[Snapshot, PlacementRun, Findings]:
         judge(placement, expected, oracle, found)
         if placement.profile is not None:
             shards = [(s.node, s.gpus) for s in placement.shards]
-            oracle.hold(placement.model, placement.replica, placement.profile.spec, shards)
+            oracle.hold(placement.model, placement.replica, placement.profile, shards)
     for case in hard_cases(scenario, snapshot, run):
         event(case)
     multi = sum(1 for p in run.placements if p.profile and p.profile.spec.nodes > 1)
@@ -216,6 +216,13 @@ def hard_cases(scenario: Scenario, snapshot: Snapshot, run: PlacementRun) -> set
                 cases.add("several equally empty nodes for a multi-node replica")
         if placement.profile is None:
             cases.add(f"verdict {placement.verdict.value}")
+        for rejection in placement.rejections:
+            if rejection.constraint.value == "disk":
+                cases.add(f"disk refused ({rejection.blocking.value})")
+        if placement.profile is not None:
+            source = placement.profile.source
+            if any(stored(snapshot.node(s.node), source) for s in placement.shards):
+                cases.add("placed where the weights are stored")
     multi: dict[str, list[tuple[int, int]]] = {}
     for node in snapshot.nodes:
         for shard in node.shards:
@@ -241,6 +248,13 @@ def hard_cases(scenario: Scenario, snapshot: Snapshot, run: PlacementRun) -> set
             or any(len(d) == 1 for d in domains)
         ):
             cases.add("NVLink irregular")
+    profiles = [p for m in scenario.catalog.models.values() for p in m.profiles]
+    for profile in profiles:
+        ask = profile.spec.disk_gb
+        for node in snapshot.nodes:
+            store = node.model_store
+            if ask is not None and store is not None and store.free_bytes == math.ceil(ask * 1e9):
+                cases.add("disk free exactly the ask")
     for spec in specs:
         for node in snapshot.nodes:
             total, need = node.memory_total_gib, spec.min_memory_gb
@@ -287,7 +301,7 @@ def hard_cases(scenario: Scenario, snapshot: Snapshot, run: PlacementRun) -> set
                 cases.add("spread limit decides the node")
         if placement.profile is not None:
             shards = [(s.node, s.gpus) for s in placement.shards]
-            oracle.hold(placement.model, placement.replica, placement.profile.spec, shards)
+            oracle.hold(placement.model, placement.replica, placement.profile, shards)
     return cases
 
 
@@ -314,7 +328,18 @@ FLOORS = {
     "verdict not-now": 0.05,
     "verdict blocked": 0.05,
     "verdict never": 0.05,
+    "disk free exactly the ask": 0.10,
+    "disk refused (capacity)": 0.02,
+    "disk refused (condition)": 0.05,
+    "disk refused (hardware)": 0.02,
+    "placed where the weights are stored": 0.05,
 }
+
+
+def stored(node: NodeView, source: str) -> bool:
+    return node.model_store is not None and any(
+        w.source == source for w in node.model_store.weights
+    )
 
 
 def frequencies(max_nodes: int, examples: int) -> dict[str, float]:

@@ -52,7 +52,7 @@ from hypothesis import strategies as st
 from cli.catalog.load import CatalogModel, CatalogProfile
 from cli.cluster.snapshot import build_snapshot
 from cli.facts.gpuclass import gpu_class
-from cli.facts.model import Gpu, HcaPort, NodeFacts, ShardRecord
+from cli.facts.model import Gpu, HcaPort, ModelStore, NodeFacts, ShardRecord
 from cli.placement.explain import placement_json
 from cli.placement.place import PlacementRun, ReplicaPlacement, Verdict, place, try_profile
 from cli.placement.reasons import Constraint
@@ -356,7 +356,13 @@ def freed(node: NodeInput, invalid: frozenset[tuple[str, int]] = frozenset()) ->
     processes = None
     if facts.gpu_processes is not None:
         processes = tuple(p for p in facts.gpu_processes if p.gpu_uuid not in uuids)
-    update = {"shards": kept, "gpus": gpus, "gpu_processes": processes}
+    store = facts.model_store
+    if store is not None:
+        # Every stored source is ours: its room counts as free. Still listed: what they
+        # take stays known, and a node holding a source still needs no room for it.
+        room = min(store.total_bytes, store.free_bytes + store.stored_bytes)
+        store = store.model_copy(update={"free_bytes": room})
+    update = {"shards": kept, "gpus": gpus, "gpu_processes": processes, "model_store": store}
     return NodeInput(node.name, node.host, facts.model_copy(update=update))
 
 
@@ -388,9 +394,21 @@ def healed(node: NodeInput) -> NodeInput:
     if facts.hcas is not None:
         declared = [hca for fabric in node.vars.fabrics for hca in fabric.hcas]
         ports = tuple(HcaPort(hca=hca, port=1, state="ACTIVE") for hca in declared)
+    # Other files cleaned off the store's disk (after freed(), which counted ours as free):
+    # only its size stands in the way. A store not reported is one with room.
+    store = facts.model_store
+    if store is None:
+        roomy = 10**18
+        path = "/var/lib/modelfleet/models"
+        store = ModelStore(
+            path=path, present=True, measured=path, total_bytes=roomy, free_bytes=roomy
+        )
+    else:
+        store = store.model_copy(update={"free_bytes": store.total_bytes})
     update = {
         "error": None,
         "last_reached": NOW,
+        "model_store": store,
         "shards": (),  # what freed() left are invalid shards' claims: a condition, healed
         "gpus": gpus,
         "gpu_processes": (),

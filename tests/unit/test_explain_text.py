@@ -88,13 +88,14 @@ def test_only_a_chosen_node_that_did_not_report_its_memory_is_noted() -> None:
     assert [s.node for s in placement.shards] == ["a-1"]
     assert [a.memory_unknown for a in placement.attempts] == [(), ("a-1", "a-4")]
     assert assumption_lines(placement) == [
-        "note: a-1 did not report its memory; assumed to hold 2000 GB"
+        "note: size of hf://org/m unknown (no disk_gb, no node holds it): disk room not checked",
+        "note: a-1 did not report its memory; assumed to hold 2000 GB",
     ]
 
 
 def test_no_note_when_the_node_reported_its_memory_or_the_profile_asks_for_none() -> None:
-    assert assumption_lines(placed(node("a-1", 4, 4096))) == []
-    assert assumption_lines(placed(node("a-1", 4, None), model="plain")) == []
+    for placement in (placed(node("a-1", 4, 4096)), placed(node("a-1", 4, None), model="plain")):
+        assert [line for line in assumption_lines(placement) if "memory;" in line] == []
 
 
 def test_an_unplaced_replica_assumes_nothing() -> None:

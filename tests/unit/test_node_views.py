@@ -13,7 +13,7 @@ import pytest
 
 from cli.cluster.snapshot import FabricView, GpuView, NodeView, Reachability, Snapshot
 from cli.cluster.views import GpuCount, gpu_counts, node_notes, nodes_json
-from cli.facts.model import ShardRecord
+from cli.facts.model import ModelStore, ShardRecord, StoredWeights
 
 NOW = datetime(2024, 6, 1, 12, 0, tzinfo=UTC)
 REACHED = datetime(2024, 6, 1, 11, 58, tzinfo=UTC)
@@ -174,6 +174,14 @@ def test_the_json_document_names_its_format_time_and_every_field_of_a_node() -> 
         nvlink_domains=(frozenset({2, 0, 1}), frozenset({3})),
         fabrics=(FabricView("ib-a", ("mlx5_1", "mlx5_0"), ("mlx5_0",), 400.0, ("mlx5_1 DOWN",)),),
         shards=(shard,),
+        model_store=ModelStore(
+            path="/data/models",
+            present=True,
+            measured="/data/models",
+            total_bytes=2_000_000_000_000,
+            free_bytes=500_000_000_000,
+            weights=(StoredWeights(source="hf://org/llama", bytes=141_000_000_000),),
+        ),
     )
     silent = NodeView(
         name="node-10",
@@ -232,6 +240,7 @@ def test_the_json_document_names_its_format_time_and_every_field_of_a_node() -> 
                         "unusable": "ECC",
                     },
                 ],
+                "gpus_lost": 0,
                 "nvlink_domains": [[0, 1, 2], [3]],
                 "fabrics": [
                     {
@@ -242,6 +251,16 @@ def test_the_json_document_names_its_format_time_and_every_field_of_a_node() -> 
                     }
                 ],
                 "labels": {"rack": "r1", "zone": "a"},
+                "model_store": {
+                    "path": "/data/models",
+                    "present": True,
+                    "measured": "/data/models",
+                    "total_bytes": 2_000_000_000_000,
+                    "free_bytes": 500_000_000_000,
+                    "weights": [
+                        {"source": "hf://org/llama", "bytes": 141_000_000_000, "completed": None}
+                    ],
+                },
                 "shards": [
                     {
                         "replica": "llama-r1",
@@ -278,11 +297,13 @@ def test_the_json_document_names_its_format_time_and_every_field_of_a_node() -> 
                 "memory_reserved_gib": 0.0,
                 "gpu_counts": None,
                 "gpus": None,
+                "gpus_lost": 0,
                 "nvlink_domains": None,
                 "fabrics": [
                     {"name": "ib-b", "hcas": ["mlx5_0"], "active_hcas": None, "rate_gbps": None}
                 ],
                 "labels": {},
+                "model_store": None,
                 "shards": [],
                 "notes": [
                     "unreachable: timed out",

@@ -112,7 +112,8 @@ def test_a_multi_node_replica_on_a_node_of_unknown_memory_says_what_it_assumed()
     assert [s.node for s in placement.shards] == ["hgx-1", "hgx-2"]
     assert [a.memory_unknown for a in placement.attempts] == [("hgx-1",)]
     assert assumption_lines(placement) == [
-        "note: hgx-1 did not report its memory; assumed to hold 100 GB"
+        "note: size of hf://org/ds unknown (no disk_gb, no node holds it): disk room not checked",
+        "note: hgx-1 did not report its memory; assumed to hold 100 GB",
     ]
 
 

@@ -61,6 +61,7 @@ def test_a_replica_placed_by_its_second_profile_lists_both_attempts_and_every_re
                         "1 has no 2-node fabric group (hgx-1), "
                         "no fabric joins 2 eligible nodes (ib: hgx-1 only)",
                         "memory_unknown": [],
+                        "weights_bytes": None,
                     },
                     {
                         "profile": "x8",
@@ -69,6 +70,7 @@ def test_a_replica_placed_by_its_second_profile_lists_both_attempts_and_every_re
                         "summary": "x8: 1/3 nodes fit — 1 cordoned (hgx-2: PSU fan failing), "
                         "1 has no GPUs (cpu-1)",
                         "memory_unknown": [],
+                        "weights_bytes": None,
                     },
                 ],
                 "rejections": [
@@ -166,6 +168,7 @@ def test_a_multi_node_shard_carries_its_fabric_hcas_and_nvlink_note() -> None:
             "fits": True,
             "summary": "x16: 2/2 nodes fit",
             "memory_unknown": [],
+            "weights_bytes": None,
         }
     ]
 

@@ -309,7 +309,7 @@ def test_a_node_that_did_not_report_memory_is_used_and_the_assumption_said() -> 
     assert placement.shards[0].node == "cpu-old"
     assert placement.attempts[0].memory_unknown == ("cpu-old",)
     assert assumption_lines(placement) == [
-        "note: cpu-old did not report its memory; assumed to hold 24 GB"
+        "note: cpu-old did not report its memory; assumed to hold 24 GB",
     ]
 
 
@@ -531,7 +531,8 @@ def test_every_constraint_code_is_checked_once_in_the_documented_order() -> None
     # The list is the order a node is refused in and explanations count in; a code with no
     # check, or checked twice, would be a constraint the docs promise and nothing holds.
     assert [str(code) for code in ORDER] == [
-        "node-status", "node-selector", "memory", "gpu-class", "gpu-memory", "gpus", "fabric",
+        "node-status", "node-selector", "memory", "gpu-class", "gpu-memory", "gpus", "disk",
+        "fabric",
     ]  # fmt: skip
     assert sorted(ORDER) == sorted(Constraint)
     assert all(c.static is not None or c.capacity is not None for c in NODE_CONSTRAINTS)
@@ -608,7 +609,7 @@ def test_the_docs_constraint_table_is_the_list_row_for_row() -> None:
     assert table[:2] == ["| code | holds when | example message |", "|---|---|---|"]
     assert [row.split(" | ")[0] for row in table[2:]] == [
         "| `node-status`", "| `node-selector`", "| `memory`", "| `gpu-class`",
-        "| `gpu-memory`", "| `gpus`", "| `fabric`",
+        "| `gpu-memory`", "| `gpus`", "| `disk`", "| `fabric`",
     ]  # fmt: skip
     assert table[-1] == (
         "| `fabric` | multi-node: the nodes share a fabric with an ACTIVE HCA on each"
