@@ -138,6 +138,9 @@ class HostVars(Strict):
     # false: weights are not staged on this node before its shards start; each engine
     # fetches its own, inside its readiness wait (docs/reconcile.md, weights before shards).
     modelfleet_stage_weights: bool = True
+    # The store is a share (an NFS export) that every host naming the same share mounts:
+    # weights are downloaded once per share, not once per host. None: the host's own.
+    modelfleet_model_store_shared: Name | None = None
     # A hub mirror the staging step downloads hf:// sources from (HF_ENDPOINT); None: the
     # hub itself. Read by playbooks/stage_weights.yml.
     modelfleet_hf_endpoint: (

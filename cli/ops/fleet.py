@@ -144,6 +144,15 @@ def model_stores(inventory: Inventory) -> dict[str, str | None]:
     }
 
 
+def store_shares(inventory: Inventory) -> dict[str, str]:
+    """Per node whose store is a share: the share's name (`modelfleet_model_store_shared`)."""
+    return {
+        host.name: host.vars.modelfleet_model_store_shared
+        for host in inventory.hosts
+        if host.vars.modelfleet_model_store_shared is not None
+    }
+
+
 def serving_addresses(inventory: Inventory) -> tuple[dict[str, str], dict[str, str]]:
     """Per node: the address its shards are reached at, and, where the inventory sets
     one, the address they listen on (otherwise every address)."""

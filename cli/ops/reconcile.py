@@ -16,7 +16,14 @@ from pathlib import Path
 
 from cli.catalog.load import Catalog
 from cli.ops.context import AppContext
-from cli.ops.fleet import Fleet, model_stores, node_targets, rank_networks, serving_addresses
+from cli.ops.fleet import (
+    Fleet,
+    model_stores,
+    node_targets,
+    rank_networks,
+    serving_addresses,
+    store_shares,
+)
 from cli.ops.staging import ProgressLines, watch_staging
 from cli.ops.tokens import resolve_tokens
 from cli.reconcile.apply import Outcome, apply
@@ -127,6 +134,7 @@ def apply_plan(
             options.known_hosts(inventory_path), options.connect_timeout, jobs,
             ProgressLines(report),
         ),
+        shares=store_shares(fleet.inventory),
     )  # fmt: skip
     rng = random.Random(the_plan.now.isoformat())  # the same inputs, the same backoffs
     outcome = apply(the_plan, executor, fleet.snapshot.now, rng, report, router)

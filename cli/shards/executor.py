@@ -11,7 +11,7 @@ from typing import Any
 from cli.reconcile.apply import ShardFailure
 from cli.reconcile.planner import Stop
 from cli.shards.ansible import PlaybookRun, run_playbook
-from cli.shards.staging import StageJob
+from cli.shards.staging import StageJob, one_per_share
 from cli.shards.units import ENV_DIR, RECORD_DIR, UNIT_DIR, ShardFiles, shard_name, unit_name
 
 
@@ -25,11 +25,14 @@ class AnsibleExecutor:
         token_values: Mapping[str, str] | None = None,
         token_variables: Mapping[str, str] | None = None,
         watch: Callable[[Sequence[StageJob]], AbstractContextManager[None]] | None = None,
+        shares: Mapping[str, str] | None = None,
     ) -> None:
         """`token_values`: profile key → the token its weights are fetched with;
         `token_variables`: profile key → the inventory variable that holds it; `watch`:
-        what shows the downloads' progress while the staging playbook runs."""
+        what shows the downloads' progress while the staging playbook runs; `shares`: node →
+        the name of the shared store it mounts, where it does."""
         self.watch = watch
+        self.shares = dict(shares or {})
         self.token_values = dict(token_values or {})
         self.token_variables = dict(token_variables or {})
         self.inventory = inventory
@@ -82,6 +85,11 @@ class AnsibleExecutor:
         return _failures(run, units)
 
     def stage(self, jobs: Sequence[StageJob]) -> dict[tuple[str, str], str]:
+        downloads, waits_on = one_per_share(jobs, self.shares)
+        failed = self._download(downloads)
+        return {job: failed[on] for job, on in waits_on.items() if on in failed}
+
+    def _download(self, jobs: Sequence[StageJob]) -> dict[tuple[str, str], str]:
         by_host: dict[str, list[dict[str, Any]]] = {}
         # A token goes to ansible-playbook in its environment, by a name that says nothing
         # of it; the playbook hands it to the download task's environment, no_log. Never

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import posixpath
 import urllib.parse
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from cli.cluster import name_order
 from cli.facts.model import DEFAULT_MODEL_STORE, store_directory
 from cli.shards.specs import engine_spec
 
@@ -72,3 +74,19 @@ def staged_path(source: str, engine: str, store: str | None, staging: bool = Tru
 def staged_file_name(source: str) -> str:
     """The name an `http(s)://` source's one file gets in its directory (the module's)."""
     return posixpath.basename(urllib.parse.urlsplit(source).path) or "model"
+
+
+def one_per_share(
+    jobs: Sequence[StageJob], shares: Mapping[str, str]
+) -> tuple[list[StageJob], dict[tuple[str, str], tuple[str, str]]]:
+    """The downloads to run, one per store and source: nodes that share a store (an NFS
+    export: `modelfleet_model_store_shared`, the same name on each) download once, on the
+    first of them by name; and for every job, the (node, source) of the download it waits
+    on (its own for a store of its own)."""
+    downloads: dict[tuple[str, str], StageJob] = {}
+    waits_on: dict[tuple[str, str], tuple[str, str]] = {}
+    for job in sorted(jobs, key=lambda j: name_order(j.node)):
+        store = f"share {shares[job.node]}" if job.node in shares else f"node {job.node}"
+        chosen = downloads.setdefault((store, job.source), job)
+        waits_on[(job.node, job.source)] = (chosen.node, chosen.source)
+    return list(downloads.values()), waits_on

@@ -34,7 +34,9 @@ from pathlib import Path
 
 import pytest
 
+from cli.facts.model import store_directory
 from tests.ctl import ctl as run_ctl
+from tests.fakes.hub import run_hub
 from tests.integration.conftest import LiveFleet
 from tests.integration.test_fleet_reconcile import CLEAN, Ctl, install_standin
 from tests.integration.test_fleet_routes import KEY, PORT, ROUTER, with_router
@@ -280,3 +282,51 @@ def test_the_real_llama_server_serves_drains_and_is_rebuilt_through_ctl(
             ROUTER, "systemctl", "disable", "--now", "--no-block",
             "modelfleet-router-front.service", "modelfleet-router.service",
         )  # fmt: skip
+
+
+def test_the_real_llama_server_starts_on_weights_staged_from_http_and_a_move_stages_them_again(
+    real_llama_nodes: LiveFleet, tiny_model: Path, tmp_path: Path
+) -> None:
+    """Issue 15's end to end: an http:// GGUF is downloaded into the node's model store by
+    the staging step, with a progress line, and the real llama-server loads the local
+    copy (`-m`); drained, the replica's weights go to its new node before it starts."""
+    fleet = real_llama_nodes
+    root = tmp_path / "hub"
+    (root / "files").mkdir(parents=True)
+    (root / "files" / "tiny-llama.gguf").write_bytes(tiny_model.read_bytes())
+    size = tiny_model.stat().st_size
+    with run_hub(root, bytes_per_second=max(size / 5, 1.0)) as hub:
+        source = f"{hub.endpoint}/files/tiny-llama.gguf"
+        catalog = (
+            "models:\n  tiny:\n"
+            f"    source: {source}\n"
+            "    profiles:\n"
+            "      - {name: cpu, priority: 10, engine: llama.cpp, min_memory_gb: 1, threads: 1,\n"
+            "         context_length: 512}\n"
+        )
+        ctl = Ctl(fleet, tmp_path / "ctl", catalog)
+        settings = ctl.inventory / "group_vars" / "all.yml"
+        settings.write_text(settings.read_text().replace(
+            "modelfleet_stage_weights: false", "modelfleet_stage_weights: true"
+        ))  # fmt: skip
+        staged = f"/var/lib/modelfleet/models/{store_directory(source)}/tiny-llama.gguf"
+        try:
+            result = ctl("reconcile")
+            assert result.returncode == 0, result.stdout + result.stderr
+            assert re.search(rf"^  staging {re.escape(source)} on node-\d: \[", result.stderr, re.M)
+            assert "started tiny-1" in result.stdout
+            _, node, unit, port = _replica(ctl, "tiny")
+            exec_start = fleet.ssh(node, "systemctl", "show", "-p", "ExecStart", "--value", unit)
+            assert f" -m {staged} " in exec_start.stdout, exec_start.stdout
+            assert _direct(fleet, node, port, "/health") == (200, '{"status":"ok"}')
+            assert hub.bytes_sent == size
+
+            moved = ctl("drain", node)
+            assert moved.returncode == 0, moved.stdout + moved.stderr
+            _, new_node, _, new_port = _replica(ctl, "tiny")
+            assert new_node != node
+            assert _direct(fleet, new_node, new_port, "/health")[0] == 200
+            assert hub.bytes_sent == 2 * size  # staged on its new node, before it started
+        finally:
+            for name in fleet.names[:3]:
+                fleet.ssh(name, "rm", "-rf", "/var/lib/modelfleet/models", timeout=60)
