@@ -52,6 +52,8 @@ import socket
 import sys
 import threading
 import time
+import urllib.parse
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -1756,7 +1758,40 @@ def main(argv: Sequence[str] | None = None, module: str | None = None) -> int:
         log_line("standin: " + json.dumps({"event": "bad-arguments", "exit": code}))
         return code
     invoked_as = f"python3 -m {module}" if module else Path(sys.argv[0]).name
+    url = _optional_str(options.parsed, "model_url") if personality == "llama-server" else None
+    if url is not None and _optional_str(options.parsed, "model") is None:
+        failure = _download_model_url(url)
+        if failure is not None:
+            log_line(failure)
+            return EXIT_FAILURE
     return Engine(options, settings, invoked_as).run()
+
+
+def _download_model_url(url: str) -> str | None:
+    """llama-server --model-url: the file is downloaded into llama.cpp's cache before the
+    server starts (common/arg.cpp: common_params_parse_ex → common_params_handle_model →
+    common_download_model, at argument parsing, so nothing listens meanwhile), to
+    $LLAMA_CACHE or ~/.cache/llama.cpp/, named by the URL's last path element; a file
+    already there with the size the server gives is not fetched again (upstream compares
+    the ETag it kept). Returns why it failed, or None."""
+    cache = Path(os.environ.get("LLAMA_CACHE") or Path.home() / ".cache" / "llama.cpp")
+    target = cache / (urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1] or "model.gguf")
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        head = urllib.request.Request(url, method="HEAD")  # upstream asks for the ETag first
+        with urllib.request.urlopen(head, timeout=60) as response:
+            size = int(response.headers.get("Content-Length") or -1)
+        if target.exists() and target.stat().st_size == size:
+            return None
+        with urllib.request.urlopen(url, timeout=60) as response:
+            partial = target.with_name(target.name + ".downloadInProgress")
+            with partial.open("wb") as out:
+                while chunk := response.read(1 << 20):
+                    out.write(chunk)
+            partial.replace(target)
+    except (OSError, ValueError) as error:
+        return f"common_download_file_single: failed to download {url}: {error}"
+    return None
 
 
 if __name__ == "__main__":

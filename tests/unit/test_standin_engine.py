@@ -27,6 +27,8 @@ from typing import IO, cast
 
 import pytest
 
+from tests.fakes.hub import run_hub
+
 ENGINE = Path(__file__).resolve().parents[1] / "fakes" / "engine.py"
 FLAG_DATA = Path(__file__).resolve().parents[2] / "cli" / "shards" / "engine_flags"
 HOSTNAME = socket.gethostname()
@@ -696,3 +698,25 @@ def test_llama_server_does_not_drain_and_dies_by_sigterm_while_loading(
     loading.process.send_signal(signal.SIGTERM)
     # Its handler is installed only once the model is loaded (server.cpp): killed.
     assert loading.process.wait(timeout=10) == -signal.SIGTERM
+
+
+def test_llama_server_downloads_a_model_url_into_its_cache_before_it_listens(
+    engines: Engines, tmp_path: Path
+) -> None:
+    (tmp_path / "hub" / "files").mkdir(parents=True)
+    (tmp_path / "hub" / "files" / "smol.gguf").write_bytes(b"GGUF" + b"\0" * 300_000)
+    cache = tmp_path / "llama-cache"
+    with run_hub(tmp_path / "hub") as hub:
+        url = f"{hub.endpoint}/files/smol.gguf"
+        for attempt in (1, 2):
+            port = free_port()
+            args = ["--model-url", url, "--host", LOCALHOST, "--port", str(port), "--alias", "s"]
+            llama = engines.start("llama-server", args, port, env={"LLAMA_CACHE": str(cache)})
+            llama.wait_event("ready")
+            assert (cache / "smol.gguf").read_bytes() == (
+                hub.root / "files" / "smol.gguf"
+            ).read_bytes()
+            # fetched once: a second start finds it in the cache
+            assert hub.bytes_sent == 300_004, attempt
+            llama.process.kill()
+            llama.process.wait(timeout=10)
