@@ -79,9 +79,11 @@ def shard(
     state: str = "running",
     origin: str = "reconcile",
     started: datetime | None = None,
+    source: str | None = None,
 ) -> ShardRecord:
     return ShardRecord.model_validate(
         {
+            "source": source,
             "replica": replica,
             "model": model,
             "profile": profile,

@@ -94,6 +94,10 @@ class ShardRecord(Strict):
     # Who asked for it: `reconcile` keeps replicas.min; a replica started by `ctl place`
     # is kept while the model stays within replicas.max.
     origin: Literal["reconcile", "manual"] = "reconcile"
+    # The weights it loads (the catalog's source), so that weights no shard uses can be
+    # told apart and evicted; None in records written before ctl said it: then none on
+    # that node is evicted.
+    source: str | None = Field(default=None, max_length=4096)
     # What systemd said of the unit at probe time (cli/facts/probe.py, UNIT_STATES):
     # active → running, activating → starting, failed or inactive → failed (its record is
     # there, so it should run). Kept as the record says when the node could not tell (no

@@ -32,6 +32,7 @@ from cli.reconcile.planner import DRAINING, Plan, cordoned, plan
 from cli.routes.deploy import PlaybookRouter, RouterDeployer, router_hosts
 from cli.shards.ansible import PlaybookRun
 from cli.shards.executor import AnsibleExecutor
+from cli.shards.staging import evictable_directories
 
 OnRun = Callable[[PlaybookRun], None]
 
@@ -135,11 +136,21 @@ def apply_plan(
             ProgressLines(report),
         ),
         shares=store_shares(fleet.inventory),
+        evictable=evictable_directories(fleet.snapshot.nodes, _starting(the_plan)),
     )  # fmt: skip
     rng = random.Random(the_plan.now.isoformat())  # the same inputs, the same backoffs
     outcome = apply(the_plan, executor, fleet.snapshot.now, rng, report, router)
     save_ledger(ledger, outcome.ledger)
     return Applied(outcome_lines(outcome), complete and outcome.complete, outcome)
+
+
+def _starting(the_plan: Plan) -> dict[str, set[str]]:
+    """Per node, the sources of the replicas this pass starts there."""
+    starting: dict[str, set[str]] = {}
+    for start in the_plan.starts:
+        for files in start.files:
+            starting.setdefault(files.node, set()).add(start.profile.source)
+    return starting
 
 
 def outcome_lines(outcome: Outcome) -> list[str]:

@@ -53,6 +53,8 @@ class Holdings(Protocol):
 
     def staged_bytes(self, node: NodeView) -> int: ...
 
+    def evictable_bytes(self, node: NodeView) -> int: ...
+
 
 @dataclass(frozen=True, slots=True)
 class Subject:
@@ -349,9 +351,10 @@ def disk_free(subject: Subject) -> Rejection | None:
     """Room in the store for weights it does not hold, after what the run stages there.
 
     Every stored source is ours (only the staging step writes markers), and so is what
-    the run stages: space they fill is capacity ("not now"; removing weights no shard uses
-    makes room, which eviction, a later step, will do). Space that other files fill is
-    the node's condition ("blocked")."""
+    the run stages. Weights no shard there loads are removed by the staging step when it
+    needs their room (least recently used first): room they take counts as free. Space
+    that weights in use fill is capacity ("not now"); space that other files fill is the
+    node's condition ("blocked")."""
     node, holdings = subject.node, subject.holdings
     need = holdings.weights_bytes(subject.source, subject.spec)
     store = node.model_store
@@ -361,7 +364,7 @@ def disk_free(subject: Subject) -> Rejection | None:
         return None
     staged = holdings.staged_bytes(node)
     free = store.free_bytes - staged
-    if free >= need:
+    if free + holdings.evictable_bytes(node) >= need:
         return None
     if subject.relax.capacity and free + store.stored_bytes >= need:
         return None

@@ -50,6 +50,7 @@ class _Holdings:
     # Sources the run placed here that the store does not hold: bytes each will take once
     # staged (0 when the size is unknown). A second replica of one needs no more room.
     staged: dict[str, int] = field(default_factory=dict)
+    uses: set[str] = field(default_factory=set)  # sources the run placed replicas of here
 
 
 NO_RELAX = Relax()
@@ -160,6 +161,17 @@ class PlacementState:
     def staged_bytes(self, node: NodeView) -> int:
         return sum(self._holdings[node.name].staged.values())
 
+    def evictable_bytes(self, node: NodeView) -> int:
+        """What the staging step may remove from the node's store to make room: weights
+        stored complete that no shard there loads and the run places nothing of. Nothing when
+        a shard there does not say what it loads (a record from before ctl said it, or one
+        not believed): then nothing is known unused."""
+        store = node.model_store
+        if store is None or node.invalid_shards or any(s.source is None for s in node.shards):
+            return 0
+        used = {s.source for s in node.shards} | self._holdings[node.name].uses
+        return sum(w.bytes for w in store.weights if w.source not in used)
+
     def hold(self, replica: str, profile: CatalogProfile, shards: Iterable[ShardPlacement]) -> None:
         for shard in shards:
             holdings = self._holdings[shard.node]
@@ -168,6 +180,7 @@ class PlacementState:
                     raise AssertionError(f"GPU {index} of {shard.node} handed out twice")
                 holdings.gpus[index] = replica
             holdings.memory_gib += profile.spec.min_memory_gb or 0.0
+            holdings.uses.add(profile.source)
             node = self.nodes[self._position[shard.node]]
             if not self.will_hold(node, profile.source):
                 size = self.weights_bytes(profile.source, profile.spec)

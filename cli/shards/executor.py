@@ -26,11 +26,14 @@ class AnsibleExecutor:
         token_variables: Mapping[str, str] | None = None,
         watch: Callable[[Sequence[StageJob]], AbstractContextManager[None]] | None = None,
         shares: Mapping[str, str] | None = None,
+        evictable: Mapping[str, list[str]] | None = None,
     ) -> None:
         """`token_values`: profile key → the token its weights are fetched with;
         `token_variables`: profile key → the inventory variable that holds it; `watch`:
         what shows the downloads' progress while the staging playbook runs; `shares`: node →
-        the name of the shared store it mounts, where it does."""
+        the name of the shared store it mounts, where it does; `evictable`: node → the
+        store directories its staging may remove for room (unused weights)."""
+        self.evictable = dict(evictable or {})
         self.watch = watch
         self.shares = dict(shares or {})
         self.token_values = dict(token_values or {})
@@ -112,6 +115,7 @@ class AnsibleExecutor:
                     "timeout": job.timeout_seconds,
                     "token_env": token_env,
                     "token_var": token_var,
+                    "evictable": self.evictable.get(job.node, []),
                 }
             )
         if not by_host:

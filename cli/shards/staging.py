@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import posixpath
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from cli.cluster import name_order
+from cli.cluster.snapshot import NodeView
 from cli.facts.model import DEFAULT_MODEL_STORE, store_directory
 from cli.shards.specs import engine_spec
 
@@ -90,3 +91,22 @@ def one_per_share(
         chosen = downloads.setdefault((store, job.source), job)
         waits_on[(job.node, job.source)] = (chosen.node, chosen.source)
     return list(downloads.values()), waits_on
+
+
+def evictable_directories(
+    nodes: Iterable[NodeView], starting: Mapping[str, set[str]]
+) -> dict[str, list[str]]:
+    """Per node, the store directories the staging step may remove to make room: weights
+    stored complete that none of its shards loads and no replica starting there needs.
+    None on a node where a shard does not say what it loads (its record is older than
+    `source`, or not believed): nothing there is known to be unused."""
+    found: dict[str, list[str]] = {}
+    for node in nodes:
+        store = node.model_store
+        if store is None or node.invalid_shards or any(s.source is None for s in node.shards):
+            continue
+        used = {s.source for s in node.shards} | starting.get(node.name, set())
+        found[node.name] = [
+            store_directory(w.source) for w in store.weights if w.source not in used
+        ]
+    return found

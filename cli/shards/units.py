@@ -136,6 +136,7 @@ def shard_files(
         "memory_gib": spec.min_memory_gb,
         "unit": unit,
         "origin": origin,
+        "source": profile.source,
     }
     return ShardFiles(
         node=node,

@@ -75,6 +75,12 @@ options:
     description: Seconds the whole download may take before it is a staging failure.
     type: int
     default: 129600
+  evictable:
+    description: Directories under the store whose weights no shard on this node loads;
+      removed, least recently used first, when the download needs their room.
+    type: list
+    elements: str
+    default: []
   token:
     description: The token for the hub (Bearer); never logged.
     type: str
@@ -83,6 +89,7 @@ options:
 
 MARKER = ".modelfleet-complete"
 PROGRESS = ".modelfleet-progress"
+USED = ".modelfleet-used"  # touched whenever a start needs these weights: least recently used
 CHUNK = 1024 * 1024
 MAX_LISTING = 16 * 1024 * 1024  # bytes of the hub's file list read: a repo of files, not a dump
 MAX_FILES = 100_000
@@ -272,7 +279,7 @@ def stored(directory: Path, source: str) -> int | None:
 def stage(
     source: str, store: Path, name: str, endpoint: str = "https://huggingface.co",
     revision: str = "main", token: str | None = None, timeout: int = 60,
-    deadline: int = 36 * 3600,
+    deadline: int = 36 * 3600, evictable: list[str] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Stage `source` under `store/name`; what the task returns."""
     if source.startswith("file://"):
@@ -283,16 +290,20 @@ def stage(
     directory = store / name
     already = stored(directory, source)
     if already is not None:
-        return {"changed": False, "path": str(directory), "bytes": already, "downloaded": 0}
+        (directory / USED).touch()
+        return {"changed": False, "path": str(directory), "bytes": already, "downloaded": 0,
+                "evicted": []}  # fmt: skip
     directory.mkdir(parents=True, exist_ok=True)
     (directory / MARKER).unlink(missing_ok=True)
+    evicted: list[str] = []
     if source.startswith("hf://"):
         repo = source.removeprefix("hf://")
         commit, files = hub_files(endpoint.rstrip("/"), repo, revision, token, timeout)
         sizes = [f["size"] for f in files]
         total = sum(sizes) if None not in sizes else None
         if total is not None:
-            _check_room(store, directory, total - sum(_size(directory / f["name"]) for f in files))
+            needed = total - sum(_size(directory / f["name"]) for f in files)
+            evicted = _check_room(store, directory, needed, evictable or [])
         jobs = [
             (f"{endpoint.rstrip('/')}/{repo}/resolve/{commit}/{urllib.parse.quote(f['name'])}",
              directory / f["name"], f["size"], f["sha256"])
@@ -314,14 +325,41 @@ def stage(
         progress.write("failed", str(error))
         raise
     write_marker(directory, source, size)
+    (directory / USED).touch()
     progress.write("done")
-    return {"changed": True, "path": str(directory), "bytes": size, "downloaded": progress.done}
+    return {"changed": True, "path": str(directory), "bytes": size, "downloaded": progress.done,
+            "evicted": evicted}  # fmt: skip
 
 
-def _check_room(store: Path, directory: Path, needed: int) -> None:
+def _check_room(store: Path, directory: Path, needed: int, evictable: list[str]) -> list[str]:
+    """Room for `needed` more bytes, made by removing unused weights (least recently used
+    first) when there is not; the directories removed."""
+    evicted: list[str] = []
     free = shutil.disk_usage(directory).free
-    if needed > free:
+    if needed <= free:
+        return evicted
+    candidates = [
+        store / name
+        for name in evictable
+        if "/" not in name
+        and name not in ("", ".", "..", directory.name)
+        and (store / name / MARKER).is_file()
+    ]
+
+    def last_used(path: Path) -> float:
+        used = path / USED
+        return (used if used.exists() else path / MARKER).stat().st_mtime
+
+    if free + sum(_size(c) for c in candidates) < needed:  # not even all of them: keep them
         raise StageError(f"needs {needed / 1e9:.1f} GB more in {store}, {free / 1e9:.1f} GB free")
+    for candidate in sorted(candidates, key=last_used):
+        (candidate / MARKER).unlink()  # first: a half-removed directory is never "complete"
+        shutil.rmtree(candidate)
+        evicted.append(candidate.name)
+        free = shutil.disk_usage(directory).free
+        if needed <= free:
+            return evicted
+    raise StageError(f"needs {needed / 1e9:.1f} GB more in {store}, {free / 1e9:.1f} GB free")
 
 
 def _size(path: Path) -> int:
@@ -346,6 +384,7 @@ def main() -> None:
             "timeout": {"type": "int", "default": 60},
             "deadline": {"type": "int", "default": 36 * 3600},
             "token": {"type": "str", "default": "", "no_log": True},
+            "evictable": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=False,
     )
@@ -357,6 +396,7 @@ def main() -> None:
         result = stage(
             params["source"], store, name, params["endpoint"], params["revision"],
             params["token"] or None, params["timeout"], params["deadline"],
+            params["evictable"],
         )  # fmt: skip
     except StageError as error:
         module.fail_json(msg=str(error))

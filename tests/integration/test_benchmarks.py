@@ -74,3 +74,24 @@ def test_bench_apply_starts_and_stops_every_replica_both_ways(
     assert set(known_hosts_entries(fleet_exclusive.known_hosts)) == {
         node.address for node in fleet_exclusive.nodes
     }
+
+
+def test_bench_stage_downloads_once_per_node_and_never_to_a_holder(
+    fleet_exclusive: LiveFleet,
+) -> None:
+    size = 20_000_000
+    figures = bench("bench_stage.py", "--size-gb", "0.02", "--rate", "4", timeout=1200)
+    assert figures["size_bytes"] == size
+    steps = {f["step"]: f for f in figures["figures"]}
+    assert list(steps) == [
+        "engine fetches", "staged", "move, weights not there", "move to a holder",
+    ]  # fmt: skip
+    # the engine's own download and the staging each fetched it whole, once; a move to a
+    # node without it fetched it again; a move to the node that holds it fetched nothing
+    assert [f["downloaded_bytes"] for f in figures["figures"]] == [size, size, size, 0]
+    assert steps["staged"]["progress_lines"] >= 1  # 5 s at 4 MB/s: the bar was shown
+    assert set(figures["ratios"]) == {
+        "first_start_engine_over_staged", "move_without_over_with_weights",
+    }  # fmt: skip
+    configured = fleet_script.status(fleet_exclusive.state_dir)
+    assert tuple(node.name for node, _ in configured) == fleet_exclusive.names

@@ -70,8 +70,9 @@ def test_place_all_on_the_example_fleet_places_what_fits_and_explains_the_rest()
     assert "deepseek-v3-1        NOT PLACED — blocked" in out
     assert "1 cordoned (hgx-5: PSU fan failing)" in out
     assert (
-        "1 has too little free disk for the weights (a100-1: has 40.2 GB free in"
-        " /var/lib/modelfleet/models, needs 150; weights stored there hold 138 GB)"
+        "1 has disks full of other files (a100-1: has 40.2 GB free in"
+        " /var/lib/modelfleet/models, needs 150; weights stored there hold 7 GB, other files"
+        " the rest)"
     ) in " ".join(out.split())
     assert "hgx-3: GPU 4: 2 uncorrected ECC errors" in " ".join(out.split())
     assert "llama-3.1-8b: 1 running (llama-3.1-8b-1), replicas.min reached" in out
@@ -98,12 +99,13 @@ def test_place_json_on_the_example_fleet_follows_the_documented_shape() -> None:
     assert ("cpu-small", "gpu-class", "hardware") in codes
     assert len(refused["rejections"]) == 12  # every node, for its only profile
     # The 70B's A100 profile asks 80 GB cards: the 40 GB box is refused for that, for good;
-    # the 80 GB box's model store is nearly full, of a retired model's weights: not now.
+    # the 80 GB box's model store is nearly full, of other files (its 7 GB of unused weights
+    # the staging step would evict are not enough): blocked, someone has to clean up.
     a100x4 = [r for r in multi["rejections"] if r["profile"] == "a100x4"]
     assert {(r["node"], r["constraint"], r["blocking"], r["message"]) for r in a100x4} >= {
         ("a100-2", "gpu-memory", "hardware", "GPU 0-3 have 42.9 GB, needs 80"),
-        ("a100-1", "disk", "capacity", "has 40.2 GB free in /var/lib/modelfleet/models,"
-         " needs 150; weights stored there hold 138 GB"),
+        ("a100-1", "disk", "condition", "has 40.2 GB free in /var/lib/modelfleet/models,"
+         " needs 150; weights stored there hold 7 GB, other files the rest"),
     }  # fmt: skip
     assert [a["weights_bytes"] for a in multi["attempts"]] == [150 * 10**9] * 3
     # So the 24B went to the other A100 box, which has the room.
@@ -290,7 +292,7 @@ def test_nodes_wide_shows_each_nodes_model_store_and_unknown_as_a_question_mark(
         "NAME", "STATUS", "GPUS", "MEM", "STORE", "FABRICS", "LABELS", "SHARDS",
     ]  # fmt: skip
     by_name = {row.split()[0]: row for row in rows if row and not row.startswith(" ")}
-    assert re.search(r" 1008  40 GB free, 1 held \(138 GB\) +- ", by_name["a100-1"])
+    assert re.search(r" 1008  40 GB free, 1 held \(7 GB\) +- ", by_name["a100-1"])
     assert re.search(r" 2015  7384 GB free, 2 held \(157 GB\) +ib-east", by_name["hgx-1"])
     assert re.search(r" 7\.8  61 GB free, not made yet +- ", by_name["cpu-small"])
     assert re.search(r" -  \? +- ", by_name["cpu-old"])  # an old probe: unknown, not empty
@@ -306,8 +308,8 @@ def test_nodes_json_carries_the_model_store_as_the_node_reported_it() -> None:
     )  # fmt: skip
     assert store["weights"] == [
         {
-            "source": "hf://meta-llama/Llama-2-70b-chat-hf",
-            "bytes": 137_976_864_768,
+            "source": "hf://mistralai/Mistral-7B-Instruct-v0.3",
+            "bytes": 7_000_000_000,
             "completed": "2026-06-02T11:20:55Z",
         }
     ]

@@ -42,6 +42,7 @@ from tests.integration.test_fleet_reconcile import CLEAN, Ctl, install_standin
 from tests.integration.test_fleet_routes import KEY, PORT, ROUTER, with_router
 from tests.models.llama_server import LlamaServer, installed_llama_server
 from tests.models.tiny_gguf import write_tiny_llama
+from tests.testfleet.router import stop_router
 
 pytestmark = pytest.mark.fleet
 
@@ -278,10 +279,7 @@ def test_the_real_llama_server_serves_drains_and_is_rebuilt_through_ctl(
         result = ctl("reconcile", "--yes")
         assert ctl.shards() == {}, result.stdout + result.stderr
     finally:
-        fleet.ssh(
-            ROUTER, "systemctl", "disable", "--now", "--no-block",
-            "modelfleet-router-front.service", "modelfleet-router.service",
-        )  # fmt: skip
+        stop_router(fleet, ROUTER)
 
 
 def test_the_real_llama_server_starts_on_weights_staged_from_http_and_a_move_stages_them_again(

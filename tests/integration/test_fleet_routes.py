@@ -32,7 +32,7 @@ import yaml
 from tests.ctl import ctl as run_ctl
 from tests.integration.conftest import LiveFleet
 from tests.integration.test_fleet_reconcile import Ctl, ctl_on_standins
-from tests.testfleet.router import prepare_router, router_group_vars
+from tests.testfleet.router import prepare_router, router_group_vars, stop_router
 
 pytestmark = pytest.mark.fleet
 
@@ -296,10 +296,7 @@ def test_requests_by_alias_keep_being_answered_while_replicas_move_and_fall_back
             ask(fleet, "assistant")
     finally:
         # Installed it stays, like a disk; stopped, so that it takes no memory meanwhile.
-        fleet.ssh(
-            ROUTER, "systemctl", "disable", "--now", "--no-block",
-            "modelfleet-router-front.service", "modelfleet-router.service",
-        )  # fmt: skip
+        stop_router(fleet, ROUTER)
 
 
 def replica_of(ctl: Ctl, model: str) -> str:

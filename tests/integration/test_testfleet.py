@@ -25,6 +25,7 @@ from tests import testfleet as fleet_script
 from tests.ctl import ctl_environment
 from tests.fakes import nvidia_smi
 from tests.integration.conftest import LiveFleet
+from tests.testfleet.router import stop_router
 
 pytestmark = pytest.mark.fleet
 
@@ -304,6 +305,7 @@ def test_the_docs_commands_run_as_written(fleet_exclusive: LiveFleet, tmp_path: 
     nodes = [node.name for node in fleet.nodes[:3]]
     for node in nodes:  # nothing of an earlier test's running: the docs start from nothing
         subprocess.run(fleet.ssh_command(node, CLEAN_UNITS), check=True, timeout=120)
+    stop_router(fleet, "node-3")
     docs = (ROOT / "docs" / "testfleet.md").read_text()
     shown = docs.split("`ctl nodes` says:\n\n```\n", 1)[1].split("\n```", 1)[0]
     environment = {**ctl_environment(), "XDG_STATE_HOME": str(tmp_path / "state")}
@@ -362,6 +364,7 @@ def test_the_docs_commands_run_as_written(fleet_exclusive: LiveFleet, tmp_path: 
     finally:
         for node in nodes:
             subprocess.run(fleet.ssh_command(node, CLEAN_UNITS), check=False, timeout=120)
+        stop_router(fleet, "node-3")
         # the shared fleet's inventory as the fixture made it: no router, nothing cordoned
         subprocess.run(
             ["scripts/testfleet", "up", str(len(fleet.nodes))], cwd=ROOT, env=environment,

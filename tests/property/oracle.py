@@ -45,7 +45,9 @@ The rules of docs/placement.md it encodes:
   holds the source complete, or where the run already placed that source, passes. A node
   that did not report its store: condition. A filesystem smaller than the size: hardware.
   Free space, less the sizes of the sources the run placed there (once each), below the
-  size: capacity when that plus the bytes of the weights stored there plus the run's
+  size, plus the stored weights no shard there loads and the run places nothing of
+  (evicted by the staging step; none when a shard there does not say its source), passes;
+  short of the size: capacity when that plus the bytes of the weights stored there plus the run's
   sources would be enough, condition otherwise. Nothing of ours held: the stored weights
   count as free. Every node is healthy: a big enough filesystem passes.
 - Among nodes equal up to best fit (single-node; for CPU replicas, up to the memory left),
@@ -120,6 +122,7 @@ class Ledger:
     replicas: dict[str, dict[str, set[str]]] = field(default_factory=dict)
     # node → source → bytes: sources the run placed there that its store did not hold.
     staged: dict[str, dict[str, int]] = field(default_factory=dict)
+    uses: dict[str, set[str]] = field(default_factory=dict)  # node → sources the run put there
 
     @classmethod
     def of(cls, snapshot: Snapshot, ours: bool = True) -> Ledger:
@@ -164,6 +167,7 @@ class Ledger:
         for node, gpus in shards:
             if not stored(node):
                 self.staged.setdefault(node, {}).setdefault(source, size or 0)
+            self.uses.setdefault(node, set()).add(source)
             held = self.gpus.setdefault(node, {})
             for index in gpus:
                 assert index not in held, f"GPU {index} of {node} handed out twice"
@@ -182,6 +186,18 @@ def holds_complete(node: NodeView, source: str) -> bool:
     )
 
 
+def unused_stored(node: NodeView, ledger: Ledger | None) -> int:
+    """Bytes of weights stored there that the staging step may evict: none of the node's
+    shards loads them and the run places none there; nothing when a shard (or a record not
+    believed) does not say what it loads."""
+    store = node.model_store
+    if store is None or node.invalid_shards or any(s.source is None for s in node.shards):
+        return 0
+    used = {s.source for s in node.shards}
+    used |= ledger.uses.get(node.name, set()) if ledger is not None else set()
+    return sum(w.bytes for w in store.weights if w.source not in used)
+
+
 def disk(
     source: str, size: int | None, node: NodeView, ledger: Ledger | None, relax: Relax
 ) -> Refusal | None:
@@ -197,7 +213,11 @@ def disk(
         return None
     stored = sum(w.bytes for w in store.weights)
     free = store.free_bytes - sum(staged.values())
-    if free >= size or (relax.capacity and free + stored >= size) or relax.conditions:
+    if (
+        free + unused_stored(node, ledger) >= size
+        or (relax.capacity and free + stored >= size)
+        or relax.conditions
+    ):
         return None
     if free + stored + sum(staged.values()) >= size:
         return Refusal("disk", "capacity")

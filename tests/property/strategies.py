@@ -425,6 +425,11 @@ def single_shard(
         engine="vllm" if held else "llama.cpp",
         memory_gib=pick(draw, SHARD_MEMORY_GIB),
         state=pick(draw, states),
+        # What it loads: its weights in the store are then in use, not evictable; None (a
+        # record from before ctl said it) keeps every weight on the node from eviction.
+        # (Not a draw of its own: a new draw shifts every later one, and the frequency
+        # floors of tests/property/test_placement_oracle.py were measured without it.)
+        source=None if ordinal % 3 == 2 else f"hf://org/{model}",
     )
 
 

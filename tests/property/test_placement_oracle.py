@@ -329,7 +329,7 @@ FLOORS = {
     "verdict blocked": 0.05,
     "verdict never": 0.05,
     "disk free exactly the ask": 0.10,
-    "disk refused (capacity)": 0.02,
+    "disk refused (capacity)": 0.005,  # rarer since unused weights count as room (eviction)
     "disk refused (condition)": 0.05,
     "disk refused (hardware)": 0.02,
     "placed where the weights are stored": 0.05,

@@ -65,6 +65,24 @@ def prepare_router(fleet: Reachable, node: str, environ: Mapping[str, str] | Non
         raise FleetError(f"{node}: copying pip's CA to the router failed: {why}")
 
 
+UNITS: Final = ("modelfleet-router-front.service", "modelfleet-router.service")
+# Killed, not stopped: a stop lets LiteLLM's gunicorn drain for modelfleet_router_drain_
+# seconds (600), and its master has been seen to outlive its workers for all of them; a
+# test that deploys the router next would wait that long for the stop to end.
+STOP_SCRIPT: Final = (
+    f"systemctl kill -s KILL {' '.join(UNITS)}; systemctl disable --now {' '.join(UNITS)};"
+    f" systemctl reset-failed {' '.join(UNITS)}; true"
+)
+
+
+def stop_router(fleet: Reachable, node: str) -> None:
+    """The router on `node` stopped now, installed still (like a disk), started by nothing."""
+    subprocess.run(
+        fleet.ssh_command(node, f"sh -c {shlex.quote(STOP_SCRIPT)}"),
+        capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
 def fleet_router(fleet: Fleet) -> str:
     """The router `up --router` put in the inventory."""
     data = yaml.safe_load(fleet.inventory.read_text()) or {}

@@ -74,6 +74,7 @@ def test_each_model_asked_for_gets_one_manual_replica_and_what_does_not_fit_is_u
         "profile": "x2",
         "rank": 0,
         "replica": "small-3",
+        "source": "hf://org/small",
         "started": "2026-11-30T09:00:00+00:00",
         "unit": "modelfleet-small-3-rank0.service",
     }

@@ -276,6 +276,7 @@ def test_the_json_document_names_its_format_time_and_every_field_of_a_node() -> 
                         "memory_gib": 48.0,
                         "unit": None,
                         "origin": "reconcile",
+                        "source": None,
                         "state": "running",
                     }
                 ],

@@ -10,7 +10,7 @@ from cli.cluster.snapshot import Snapshot
 from cli.placement.explain import assumption_lines, refusal_lines, summarize_attempt
 from cli.placement.place import ReplicaPlacement, Verdict, place
 from cli.placement.reasons import Blocking, Constraint
-from tests.builders import NodeSpec, catalog, hgx, nvswitch, snapshot, store
+from tests.builders import NodeSpec, catalog, hgx, nvswitch, shard, snapshot, store
 
 SEVENTY_B = """\
 models:
@@ -50,8 +50,11 @@ def refused(fleet: Snapshot, model: str = "m") -> tuple[ReplicaPlacement, str, B
     return placement, rejection.message, rejection.blocking
 
 
-def test_room_taken_by_weights_of_ours_is_not_now() -> None:
-    placement, message, blocking = refused(snapshot(hgx("hgx-1", store=store(80, old=95))))
+def test_room_taken_by_weights_of_ours_in_use_is_not_now() -> None:
+    loads_old = [shard("old-1", "old", [7], source="hf://org/old")]  # the weights are in use
+    placement, message, blocking = refused(
+        snapshot(hgx("hgx-1", store=store(80, old=95), shards=loads_old))
+    )
     assert message == (
         "has 80 GB free in /var/lib/modelfleet/models, needs 140; weights stored there hold 95 GB"
     )
@@ -60,6 +63,18 @@ def test_room_taken_by_weights_of_ours_is_not_now() -> None:
         "x4: 0/1 nodes fit — 1 has too little free disk for the weights (hgx-1: has 80 GB free"
         " in /var/lib/modelfleet/models, needs 140; weights stored there hold 95 GB)"
     )
+
+
+def test_weights_no_shard_loads_count_as_room_the_staging_step_makes() -> None:
+    # nothing on hgx-1 loads hf://org/old: staging evicts it (least recently used first)
+    placement = one(snapshot(hgx("hgx-1", store=store(80, old=95))))
+    assert [s.node for s in placement.shards] == ["hgx-1"]
+    # a shard whose record does not say what it loads: nothing is known unused
+    unknown = [shard("old-1", "old", [7])]
+    placement, _, blocking = refused(
+        snapshot(hgx("hgx-1", store=store(80, old=95), shards=unknown))
+    )
+    assert blocking is Blocking.CAPACITY
 
 
 def test_room_taken_by_other_files_is_blocked() -> None:

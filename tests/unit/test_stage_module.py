@@ -180,3 +180,52 @@ def test_a_download_past_its_deadline_is_a_staging_failure(hub: Hub, tmp_path: P
     assert not (directory / ".modelfleet-complete").exists()
     progress = json.loads((directory / ".modelfleet-progress").read_text())
     assert progress["state"] == "failed"
+
+
+def test_unused_weights_are_evicted_least_recently_used_first_to_make_room(
+    hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = tmp_path / "store"
+    for name, used_at in (("old-a", 100), ("old-b", 200), ("in-use", 50)):
+        (store / name).mkdir(parents=True)
+        (store / name / "w.bin").write_bytes(b"w" * 6_000_000)  # two make room, one does not
+        stage_module.write_marker(store / name, f"hf://org/{name}", 6_000_000)
+        (store / name / ".modelfleet-used").touch()
+        os.utime(store / name / ".modelfleet-used", (used_at, used_at))
+    real = shutil.disk_usage(tmp_path)
+    removed: list[str] = []
+
+    def usage(_: object) -> object:
+        # room for the download once two directories are gone
+        gone = sum(not (store / n).exists() for n in ("old-a", "old-b", "in-use"))
+        return real._replace(free=repo_bytes(hub) + 1 if gone >= 2 else 1000)
+
+    monkeypatch.setattr(stage_module.shutil, "disk_usage", usage)
+    original = stage_module.shutil.rmtree
+
+    def rmtree(path: Path) -> None:
+        removed.append(Path(path).name)
+        original(path)
+
+    monkeypatch.setattr(stage_module.shutil, "rmtree", rmtree)
+    result = stage_module.stage(
+        SOURCE, store, store_directory(SOURCE), hub.endpoint, evictable=["old-b", "old-a", "../x"]
+    )
+    assert removed == ["old-a", "old-b"]  # least recently used first; in-use never offered
+    assert result["evicted"] == ["old-a", "old-b"]
+    assert (store / "in-use" / ".modelfleet-complete").exists()
+    assert (store / store_directory(SOURCE) / ".modelfleet-complete").exists()
+
+
+def test_without_enough_unused_weights_the_staging_fails_and_evicts_nothing(
+    hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = tmp_path / "store"
+    (store / "old").mkdir(parents=True)
+    stage_module.write_marker(store / "old", "hf://org/old", 10)
+    real = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(stage_module.shutil, "disk_usage", lambda _: real._replace(free=1000))
+    with pytest.raises(StageError, match=r"^needs 0\.0 GB more in .*, 0\.0 GB free$"):
+        stage_module.stage(SOURCE, store, store_directory(SOURCE), hub.endpoint, evictable=["old"])
+    assert (store / "old" / ".modelfleet-complete").exists()  # no use removing it
+    assert hub.bytes_sent == 0

@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 
 from cli.facts.model import store_directory
-from cli.shards.staging import StageJob, one_per_share, staged_path, stages
+from cli.shards.staging import (
+    StageJob,
+    evictable_directories,
+    one_per_share,
+    staged_path,
+    stages,
+)
 
 STORE = "/var/lib/modelfleet/models"
 
@@ -60,3 +66,19 @@ def test_without_shares_every_node_downloads_for_itself() -> None:
     downloads, waits_on = one_per_share(jobs, {})
     assert [d.node for d in downloads] == ["node-1", "node-2"]
     assert all(job == on for job, on in waits_on.items())
+
+
+def test_only_weights_no_shard_loads_and_nothing_starting_needs_may_be_evicted() -> None:
+    from tests.builders import hgx, shard, snapshot, store
+
+    nodes = snapshot(
+        hgx("hgx-1", store=store(10, a=5, b=5, c=5),
+            shards=[shard("a-1", "a", [0], source="hf://org/a")]),
+        hgx("hgx-2", store=store(10, a=5), shards=[shard("x-1", "x", [0])]),  # says nothing
+        hgx("hgx-3", store=store(10, a=5)),
+    ).nodes  # fmt: skip
+    found = evictable_directories(nodes, {"hgx-1": {"hf://org/c"}})
+    assert found == {
+        "hgx-1": [store_directory("hf://org/b")],  # a in use, c about to start
+        "hgx-3": [store_directory("hf://org/a")],
+    }
