@@ -29,7 +29,7 @@ from cli.catalog.load import load_catalog
 from cli.facts.model import ShardRecord
 from cli.inventory.load import load_inventory
 from cli.ops.context import KNOWN_HOSTS_NAME, AppContext
-from cli.ops.fleet import gather_fleet, serving_addresses
+from cli.ops.fleet import gather_fleet, model_stores, serving_addresses
 from cli.reconcile.apply import ShardFailure, apply
 from cli.reconcile.planner import Plan, RunningShard, Stop, plan
 from cli.shards.executor import AnsibleExecutor
@@ -112,7 +112,10 @@ def the_plan(inventory: Path, state: Path) -> Plan:
     hosts = load_inventory(inventory)
     fleet = gather_fleet(hosts, inventory, AppContext(state_dir=state))
     addresses, listen = serving_addresses(hosts)
-    return plan(catalog, fleet.snapshot, {}, addresses, random.Random(7), listen=listen)
+    return plan(
+        catalog, fleet.snapshot, {}, addresses, random.Random(7), listen=listen,
+        stores=model_stores(hosts),  # the test fleet's: no staging, its nodes reach no hub
+    )  # fmt: skip
 
 
 def run(mode: str, executor: AnsibleExecutor, inventory: Path, state: Path) -> dict[str, object]:
