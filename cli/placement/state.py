@@ -179,6 +179,30 @@ class PlacementState:
                 counts[shard.node] = counts.get(shard.node, 0) + 1
             self._changed.append(self._position[shard.node])
 
+    def release(
+        self, replica: str, profile: CatalogProfile, shards: Iterable[ShardPlacement]
+    ) -> None:
+        """Undo `hold()`: a replica the run held leaves, its GPUs and memory free again.
+
+        What it staged stays staged: weights on a disk outlive the replica that brought
+        them (eviction is a later step), and the next replica of the source needs no room.
+        """
+        for shard in shards:
+            holdings = self._holdings[shard.node]
+            for index in shard.gpus:
+                if holdings.gpus.get(index) != replica:
+                    raise AssertionError(f"GPU {index} of {shard.node} is not {replica}'s")
+                del holdings.gpus[index]
+            holdings.memory_gib -= profile.spec.min_memory_gb or 0.0
+            mine = holdings.replicas.get(profile.model, set())
+            if replica in mine:
+                mine.discard(replica)
+                counts = self._placed[profile.model]
+                counts[shard.node] -= 1
+                if not counts[shard.node]:
+                    del counts[shard.node]
+            self._changed.append(self._position[shard.node])
+
     def capacity_results(
         self, profile: CatalogProfile
     ) -> tuple[list[Rejection | int], dict[int, Candidate]]:
