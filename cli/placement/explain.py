@@ -12,6 +12,7 @@ from typing import Any
 from cli.cluster import name_order
 from cli.placement.constraints import ORDER, gb
 from cli.placement.gpus import format_devices, format_indices
+from cli.placement.moves import Room
 from cli.placement.place import PlacementRun, ProfileAttempt, ReplicaPlacement, Verdict
 from cli.placement.reasons import Blocking, Constraint, Rejection
 from cli.placement.state import ShardPlacement
@@ -106,6 +107,19 @@ def refusal_lines(placement: ReplicaPlacement) -> list[str]:
         for a in placement.attempts
         if not a.fits
     ]
+
+
+def room_line(room: Room) -> str:
+    """`fits on hgx-4 after moving coder-3 (hgx-4 GPU 6-7 → hgx-2 GPU 4-5)`."""
+    where = " and ".join(shard.node for shard in room.placement.shards)
+    moves = ", then ".join(
+        f"{move.replica} ({_where(move.source)} → {_where(move.target)})" for move in room.moves
+    )
+    return f"fits on {where} after moving {moves}"
+
+
+def _where(shard: ShardPlacement) -> str:
+    return f"{shard.node} GPU {format_indices(shard.gpus)}" if shard.gpus else shard.node
 
 
 def assumption_lines(placement: ReplicaPlacement) -> list[str]:

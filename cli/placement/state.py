@@ -160,7 +160,12 @@ class PlacementState:
     def staged_bytes(self, node: NodeView) -> int:
         return sum(self._holdings[node.name].staged.values())
 
-    def hold(self, replica: str, profile: CatalogProfile, shards: Iterable[ShardPlacement]) -> None:
+    def hold(
+        self, replica: str, profile: CatalogProfile, shards: Iterable[ShardPlacement]
+    ) -> frozenset[str]:
+        """Hold the replica's GPUs and memory; the nodes where it stages its source anew,
+        which a hold that is tried and taken back (moves.py) unstages on release."""
+        staged: set[str] = set()
         for shard in shards:
             holdings = self._holdings[shard.node]
             for index in shard.gpus:
@@ -172,21 +177,30 @@ class PlacementState:
             if not self.will_hold(node, profile.source):
                 size = self.weights_bytes(profile.source, profile.spec)
                 holdings.staged[profile.source] = size or 0
+                staged.add(shard.node)
             mine = holdings.replicas.setdefault(profile.model, set())
             if replica not in mine:
                 mine.add(replica)
                 counts = self._placed.setdefault(profile.model, {})
                 counts[shard.node] = counts.get(shard.node, 0) + 1
             self._changed.append(self._position[shard.node])
+        return frozenset(staged)
 
     def release(
-        self, replica: str, profile: CatalogProfile, shards: Iterable[ShardPlacement]
+        self,
+        replica: str,
+        profile: CatalogProfile,
+        shards: Iterable[ShardPlacement],
+        unstage: Iterable[str] = (),
     ) -> None:
-        """Undo `hold()`: a replica the run held leaves, its GPUs and memory free again.
+        """Undo `hold()`: a replica held leaves, its GPUs and memory free again.
 
-        What it staged stays staged: weights on a disk outlive the replica that brought
-        them (eviction is a later step), and the next replica of the source needs no room.
+        What it staged stays staged, weights on a disk outliving the replica that brought
+        them (eviction is a later step), but on the nodes of `unstage`: a hold that never
+        happened (what hold() returned, when it is taken back).
         """
+        for node in unstage:
+            self._holdings[node].staged.pop(profile.source, None)
         for shard in shards:
             holdings = self._holdings[shard.node]
             for index in shard.gpus:
