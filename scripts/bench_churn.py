@@ -48,6 +48,7 @@ from cli.cluster.snapshot import Snapshot, build_snapshot
 from cli.facts.gpuclass import gpu_class
 from cli.facts.model import Gpu, HcaPort, Memory, NodeFacts
 from cli.inventory.schema import Fabric, Host, HostVars
+from cli.placement.moves import Running, make_room
 from cli.placement.place import Verdict, place_replica
 from cli.placement.state import PlacementState, ShardPlacement
 
@@ -337,7 +338,7 @@ def _layout(
     return layout
 
 
-# --- the two policies --------------------------------------------------------------------
+# --- the three policies ------------------------------------------------------------------
 
 
 @dataclass
@@ -350,6 +351,9 @@ class Outcome:
     asked: Counter[str] = field(default_factory=Counter)
     solves: Solves = field(default_factory=Solves)
     repacks: int = 0
+    moved: int = 0  # replicas moved by ctl's moves
+    gpus_reloaded: int = 0  # by ctl's moves
+    with_moves: int = 0  # arrivals admitted after moves
     seconds: float = 0.0
 
 
@@ -357,7 +361,7 @@ def run(
     catalog: Catalog,
     snapshot: Snapshot,
     events: Sequence[Event],
-    policy: Literal["at once", "repack"],
+    policy: Literal["at once", "moves", "repack"],
     time_limit: float,
 ) -> Outcome:
     outcome = Outcome(policy)
@@ -377,6 +381,19 @@ def run(
         placement = place_replica(catalog.models[event.model], event.replica, state, verdicts)
         if placement.profile is not None:
             running[event.replica] = (placement.profile, placement.shards)
+        elif policy == "moves":
+            room = make_room(
+                catalog.models[event.model], event.replica, state, movable_of(catalog, running)
+            )
+            if room is None:
+                continue
+            for move in room.moves:
+                running[move.replica] = (move.profile, (move.target,))
+            assert room.placement.profile is not None  # placed: make_room says None otherwise
+            running[event.replica] = (room.placement.profile, room.placement.shards)
+            outcome.with_moves += 1
+            outcome.moved += len(room.moves)
+            outcome.gpus_reloaded += room.gpus_reloaded
         elif policy == "repack":
             wanted = [(r, running[r][0].model) for r in running] + [(event.replica, event.model)]
             layout = repack(catalog, snapshot, running, wanted, time_limit, outcome.solves)
@@ -395,19 +412,33 @@ def run(
     return outcome
 
 
+def movable_of(catalog: Catalog, running: Layout) -> list[Running]:
+    """The running single-node replicas, as ctl's moves take them."""
+    return [
+        Running(catalog.models[profile.model], replica, profile, shards[0])
+        for replica, (profile, shards) in running.items()
+        if len(shards) == 1
+    ]
+
+
 @dataclass(frozen=True)
 class StreamResult:
     stream: Stream
     events: int
     at_once: Outcome
+    moves: Outcome
     repack: Outcome
 
     @property
     def ratio(self) -> float:
         return self.at_once.admitted / self.repack.admitted if self.repack.admitted else 1.0
 
+    @property
+    def moves_ratio(self) -> float:
+        return self.moves.admitted / self.repack.admitted if self.repack.admitted else 1.0
+
     def figures(self) -> dict[str, Any]:
-        s, a, r = self.stream, self.at_once, self.repack
+        s, a, m, r = self.stream, self.at_once, self.moves, self.repack
         return {
             "stream": s.name,
             "nodes": {"h100": 2 * s.h100, "a100": s.a100, "l40s": s.l40s, "cpu": s.cpu},
@@ -416,13 +447,24 @@ class StreamResult:
             "arrivals": a.arrivals,
             "departures": a.departures,
             "at_once": a.admitted,
+            "moves": m.admitted,
             "repack": r.admitted,
             "at_once_share": round(a.admitted / a.arrivals, 4),
+            "moves_share": round(m.admitted / m.arrivals, 4),
             "repack_share": round(r.admitted / r.arrivals, 4),
             "at_once_of_repack": round(self.ratio, 4),
+            "moves_of_repack": round(self.moves_ratio, 4),
+            "admitted_with_moves": m.with_moves,
+            "replicas_moved": m.moved,
+            "gpus_reloaded": m.gpus_reloaded,
             "by_model": {
-                m: {"asked": a.asked[m], "at_once": a.by_model[m], "repack": r.by_model[m]}
-                for m in MIX
+                name: {
+                    "asked": a.asked[name],
+                    "at_once": a.by_model[name],
+                    "moves": m.by_model[name],
+                    "repack": r.by_model[name],
+                }
+                for name in MIX
             },
             "solves": r.solves.count,
             "proved": r.solves.proved,
@@ -441,8 +483,9 @@ def measure(stream: Stream, seed: int, time_limit: float) -> StreamResult:
     snapshot = build_fleet(stream)
     events = events_of(stream, seed)
     at_once = run(catalog, snapshot, events, "at once", time_limit)
+    moved = run(catalog, snapshot, events, "moves", time_limit)
     repacked = run(catalog, snapshot, events, "repack", time_limit)
-    return StreamResult(stream, len(events), at_once, repacked)
+    return StreamResult(stream, len(events), at_once, moved, repacked)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -464,22 +507,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         measure(stream, SEED + position, args.time_limit) for position, stream in enumerate(streams)
     ]
     for result in results:
-        a, r = result.at_once, result.repack
+        a, m, r = result.at_once, result.moves, result.repack
         solves = r.solves
         print(
-            f"  {result.stream.name:<8} {result.stream.gpus:>4} GPUs {result.events:>5} events "
-            f"{a.arrivals:>5} arrivals: at once {a.admitted} ({a.admitted / a.arrivals:.1%}), "
-            f"repack {r.admitted} ({r.admitted / r.arrivals:.1%}), at once ÷ repack "
-            f"{result.ratio:.1%}; {solves.count} solves, {solves.proved} proved "
-            f"({solves.timed_out} timed out), {r.repacks} repacks moved "
-            f"{solves.moved} replicas"
+            f"  {result.stream.name}: {result.stream.gpus} GPUs, {result.events} events, "
+            f"{a.arrivals} arrivals\n"
+            f"    at once     {a.admitted:>5} ({a.admitted / a.arrivals:.1%}), "
+            f"{result.ratio:.1%} of repack's\n"
+            f"    with moves  {m.admitted:>5} ({m.admitted / m.arrivals:.1%}), "
+            f"{result.moves_ratio:.1%} of repack's: {m.with_moves} after {m.moved} moves, "
+            f"{m.gpus_reloaded} GPUs reloaded\n"
+            f"    repack      {r.admitted:>5} ({r.admitted / r.arrivals:.1%}): "
+            f"{solves.count} solves, {solves.proved} proved ({solves.timed_out} timed out), "
+            f"{r.repacks} repacks moved {solves.moved} replicas"
         )
         refused = [
-            f"{m} {a.asked[m] - a.by_model[m]}/{r.asked[m] - r.by_model[m]}"
-            for m in MIX
-            if a.asked[m] - a.by_model[m] or r.asked[m] - r.by_model[m]
+            f"{name} {o.asked[name] - o.by_model[name]}"
+            + "".join(f"/{x.asked[name] - x.by_model[name]}" for x in (m, r))
+            for name in MIX
+            for o in (a,)
+            if any(x.asked[name] - x.by_model[name] for x in (a, m, r))
         ]
-        print(f"           refused (at once/repack): {', '.join(refused) or 'none'}")
+        print(f"    refused (at once/with moves/repack): {', '.join(refused) or 'none'}")
     total = sum(result.events for result in results)
     print(f"  {total} events in all")
     print(
