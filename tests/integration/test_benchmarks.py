@@ -49,6 +49,10 @@ def test_bench_churn_plays_every_event_and_moves_and_repacking_admit_more() -> N
     streams = figures["streams"]
     assert [s["stream"] for s in streams] == ["small-1", "small-2"]
     assert figures["events"] == sum(s["events"] for s in streams) == 120 + 160
+    # The goals are the benchmark's to report, each a verdict per stream and over all.
+    assert set(figures["pass"]) == {"at_once", "with_moves", "moves_each"}
+    for goal, ok in figures["pass"].items():
+        assert ok == all(s["pass"][goal] for s in streams)
     for stream in streams:
         assert stream["arrivals"] + stream["departures"] == stream["events"], stream
         by_model = stream["by_model"].values()
