@@ -31,6 +31,9 @@ from cli.placement.place import (
 from cli.placement.state import PlacementState, ShardPlacement
 
 MOVES_LIMIT = 2  # moves per replica admitted, by default
+# Plans tried per profile, cheapest first: each is a placement per move, and a large
+# fleet offers thousands that all fail alike (no node free enough for the moved copy).
+TRIED_MOST = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +100,10 @@ def make_room(
     limit: int = MOVES_LIMIT,
 ) -> Room | None:
     """The highest-priority profile that fits after at most `limit` moves, with the fewest
-    moves and then the fewest GPUs reloaded; held on `state`. None: no such plan, `state`
-    as it was."""
+    moves and then the fewest GPUs reloaded (among the `TRIED_MOST` cheapest plans of each
+    profile); held on `state`. None: no such plan, `state` as it was."""
     for profile in model.profiles:
-        for plan in _plans(profile, state, running, limit):
+        for plan in _plans(profile, state, running, limit)[:TRIED_MOST]:
             room = _try(model, replica, profile, plan, state)
             if room is not None:
                 return room
@@ -163,15 +166,22 @@ def _plans(
     for r in singles:
         add(((r, frozenset({r.shard.node})),))
     if limit >= 2:
-        for a, b in combinations(pool, 2):
-            alone = room_after([a]) or room_after([b])  # a single move is tried anyway
-            if a.shard.node == b.shard.node and not alone and room_after([a, b]):
-                target = frozenset({a.shard.node})
-                add(((a, target), (b, target)))
-        # A replica over several nodes may need a node freed for each of two ranks.
+        on_node: dict[str, list[Running]] = {}
+        for r in pool:
+            on_node.setdefault(r.shard.node, []).append(r)
+        for here in on_node.values():  # pairs within a node: never all pairs of a fleet
+            for a, b in combinations(here, 2):
+                alone = room_after([a]) or room_after([b])  # a single move is tried anyway
+                if not alone and room_after([a, b]):
+                    target = frozenset({a.shard.node})
+                    add(((a, target), (b, target)))
+        # A replica over several nodes may need a node freed for each of two ranks, on
+        # one fabric.
         if spec.nodes > 1:
             for a, b in combinations(singles, 2):
-                if a.shard.node != b.shard.node:
+                fabrics_a = {f.name for f in by_name[a.shard.node].fabrics}
+                fabrics_b = {f.name for f in by_name[b.shard.node].fabrics}
+                if a.shard.node != b.shard.node and fabrics_a & fabrics_b:
                     both = frozenset({a.shard.node, b.shard.node})
                     add(((a, both), (b, both)))
         # A chain: `b` moves out of the way (never onto the node being freed), then `a`'s
