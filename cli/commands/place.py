@@ -116,7 +116,7 @@ def place(
         # Named models only: --all previews reconcile, which does not move replicas.
         rooms = rooms_for(run, loaded, snapshot)
     if as_json:
-        document = placement_json(run, fleet.unreached)
+        document = placement_json(run, fleet.unreached, rooms)
         if wanted is None:
             document["waiting"] = waiting
         console.print_json(document)

@@ -140,10 +140,15 @@ def assumption_lines(placement: ReplicaPlacement) -> list[str]:
     return lines
 
 
-def placement_json(run: PlacementRun, unreached: Mapping[str, str] | None = None) -> dict[str, Any]:
+def placement_json(
+    run: PlacementRun,
+    unreached: Mapping[str, str] | None = None,
+    rooms: Mapping[str, Room] | None = None,
+) -> dict[str, Any]:
     """The documented, stable `--json` form (docs/json.md). `unreached`: the nodes this
     gather could not reach, with why; the answer is complete only without any (a node not
-    reached may have room, or may run replicas nobody counted), as the exit code says."""
+    reached may have room, or may run replicas nobody counted), as the exit code says.
+    `rooms`: the moves that would admit a replica not placed (moves.py)."""
     unreached = unreached or {}
     return {
         "format": PLACEMENT_FORMAT,
@@ -151,6 +156,22 @@ def placement_json(run: PlacementRun, unreached: Mapping[str, str] | None = None
         "unreached": dict(unreached),
         "running": {model: list(replicas) for model, replicas in run.running.items()},
         "placements": [replica_placement_json(p) for p in run.placements],
+        "rooms": {replica: room_json(room) for replica, room in (rooms or {}).items()},
+    }
+
+
+def room_json(room: Room) -> dict[str, Any]:
+    def at(shard: ShardPlacement) -> dict[str, Any]:
+        return {"node": shard.node, "gpus": list(shard.gpus)}
+
+    return {
+        "moves": [
+            {"replica": m.replica, "model": m.model, "from": at(m.source), "to": at(m.target)}
+            for m in room.moves
+        ],
+        "gpus_reloaded": room.gpus_reloaded,
+        "profile": room.placement.profile.name if room.placement.profile else None,
+        "shards": [at(shard) for shard in room.placement.shards],
     }
 
 

@@ -5,6 +5,7 @@ onto a cordoned node; and a state left exactly as it was when no plan works."""
 from __future__ import annotations
 
 from cli.catalog.load import Catalog
+from cli.placement.explain import placement_json
 from cli.placement.moves import make_room, movable, rooms_for
 from cli.placement.place import Verdict, place, place_replica
 from cli.placement.state import PlacementState
@@ -190,3 +191,26 @@ def test_place_dry_run_says_which_moves_would_admit_a_replica_that_does_not_fit(
     at = lines.index("  fits on hgx-1 after moving small-1 (hgx-1 GPU 0-1 → hgx-2 GPU 6-7)")
     assert lines[at - 1].startswith("  not h100x8 (priority 1): 0/2 nodes fit")
     assert not any(line.startswith("  fits on") for line in lines[at + 1 :])
+
+
+def test_place_json_carries_the_moves_of_each_room() -> None:
+    fleet = snapshot(
+        hgx("hgx-1", shards=[small("small-1", 0, 1)]),
+        hgx("hgx-2", shards=[small("small-2", 0, 1), mid("mid-1", 2)]),
+    )
+    run = place(MODELS, fleet, ["big"])
+    assert placement_json(run, {}, rooms_for(run, MODELS, fleet))["rooms"] == {
+        "big-1": {
+            "moves": [
+                {
+                    "replica": "small-1",
+                    "model": "small",
+                    "from": {"node": "hgx-1", "gpus": [0, 1]},
+                    "to": {"node": "hgx-2", "gpus": [6, 7]},
+                }
+            ],
+            "gpus_reloaded": 2,
+            "profile": "h100x8",
+            "shards": [{"node": "hgx-1", "gpus": [0, 1, 2, 3, 4, 5, 6, 7]}],
+        }
+    }
