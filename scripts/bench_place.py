@@ -242,9 +242,24 @@ def _holdings(
     return shards
 
 
+def idle_gpus(name: str, kind: str) -> tuple[Gpu, ...]:
+    """The node's 8 healthy `kind` GPUs, none in use."""
+    model, memory = GPU_MODELS[kind]
+    return tuple(
+        Gpu(
+            index=index,
+            uuid=f"GPU-{name}-{index}",
+            name=model,
+            memory_total_mib=memory,
+            memory_used_mib=3,
+            ecc_uncorrected=0,
+        )
+        for index in range(GPUS_PER_NODE)
+    )
+
+
 def build_empty_fleet(nodes: int, kind: str, domains: tuple[tuple[int, ...], ...]) -> Fleet:
     """`nodes` Ready nodes of 8 healthy, idle `kind` GPUs each, with the given NVLink domains."""
-    model, memory = GPU_MODELS[kind]
     hosts: list[Host] = []
     facts: dict[str, NodeFacts] = {}
     for position in range(nodes):
@@ -252,22 +267,11 @@ def build_empty_fleet(nodes: int, kind: str, domains: tuple[tuple[int, ...], ...
         hosts.append(
             Host(name=name, groups=("all",), address=name, vars=HostVars(labels={"role": "gpu"}))
         )
-        gpus = tuple(
-            Gpu(
-                index=index,
-                uuid=f"GPU-{name}-{index}",
-                name=model,
-                memory_total_mib=memory,
-                memory_used_mib=3,
-                ecc_uncorrected=0,
-            )
-            for index in range(GPUS_PER_NODE)
-        )
         facts[name] = NodeFacts(
             gathered_at=NOW,
             last_reached=NOW,
             memory=Memory(total_mib=2048 * 1024),
-            gpus=gpus,
+            gpus=idle_gpus(name, kind),
             gpu_processes=(),
             nvlink_domains=domains,
             hcas=(),

@@ -108,15 +108,20 @@ def place(
                 f"{wait.model}: waits out its backoff after {wait.failures} failure(s),"
                 f" until {wait.until.strftime('%H:%M:%S %Z')} (in {seconds} s); nothing placed"
             )
+        rooms = {}
     else:
+        from cli.placement.moves import rooms_for
+
         run = place_models(loaded, snapshot, wanted)
+        # Named models only: --all previews reconcile, which does not move replicas.
+        rooms = rooms_for(run, loaded, snapshot)
     if as_json:
-        document = placement_json(run, fleet.unreached)
+        document = placement_json(run, fleet.unreached, rooms)
         if wanted is None:
             document["waiting"] = waiting
         console.print_json(document)
     else:
         console.print_lines(waits)
-        print_run(run)
+        print_run(run, rooms)
     complete = run.all_placed and not waits and not fleet.partial
     raise SystemExit(console.EXIT_OK if complete else console.EXIT_INCOMPLETE)

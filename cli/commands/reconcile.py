@@ -46,6 +46,14 @@ def reconcile(
         ),
     ] = False,
     as_json: JsonOption = False,
+    defragment: Annotated[
+        bool,
+        typer.Option(
+            "--defragment",
+            help="Move running replicas (at most 2 for each) to make room for one that"
+            " fits nowhere; it starts in the next pass.",
+        ),
+    ] = False,
 ) -> None:
     """Start, rebuild, move and drain replicas until the fleet runs what the catalog asks.
 
@@ -69,8 +77,9 @@ def reconcile(
         if watch:  # each pass says when it ran
             console.out.print(f"--- pass at {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC ---")
         code = reconcile_pass(
-            context, catalog, inventory, facts, dry_run, confirmed=yes, as_json=as_json
-        )
+            context, catalog, inventory, facts, dry_run, confirmed=yes, as_json=as_json,
+            defragment=defragment,
+        )  # fmt: skip
         if not watch:
             raise SystemExit(code)
         try:
@@ -140,14 +149,16 @@ def reconcile_pass(
     *,
     confirmed: bool = True,
     as_json: bool = False,
+    defragment: bool = False,
 ) -> int:
     """One pass: plan, show, and (not dry_run) carry out, holding the fleet's lock from the
     first fact gathered to the last change, so two passes never plan on the same state.
     Not `confirmed`: a plan that stops most running replicas is asked about first.
-    `as_json`: the plan and what was done as one document on stdout (docs/json.md)."""
+    `as_json`: the plan and what was done as one document on stdout (docs/json.md).
+    `defragment`: moves that make room are planned too (cli/reconcile/planner.py)."""
     args = (
         context, catalog_path, inventory_path, facts_dir, dry_run, evict, force, cordon,
-        confirmed, as_json,
+        confirmed, as_json, defragment,
     )  # fmt: skip
     if dry_run:
         return _reconcile_pass(*args)
@@ -168,6 +179,7 @@ def _reconcile_pass(
     cordon: str | None,
     confirmed: bool,
     as_json: bool,
+    defragment: bool,
 ) -> int:
     from cli.commands.inputs import app_context, read_catalog, read_fleet, require_tools
     from cli.ops.reconcile import plan_pass
@@ -181,7 +193,9 @@ def _reconcile_pass(
     loaded = read_catalog(catalog_path)
     fleet = read_fleet(context, inventory_path, facts_dir)
     options = app_context(context)
-    the_plan = plan_pass(options, loaded, fleet, inventory_path, evict, force, cordon or DRAINING)
+    the_plan = plan_pass(
+        options, loaded, fleet, inventory_path, evict, force, cordon or DRAINING, defragment
+    )
     if not as_json:
         console.print_lines(render_plan(the_plan))
     if dry_run:

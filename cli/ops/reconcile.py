@@ -58,10 +58,12 @@ def plan_pass(
     evict: frozenset[str] = frozenset(),
     force: bool = False,
     cordon: str = DRAINING,
+    defragment: bool = False,
 ) -> Plan:
     """The plan that brings `fleet` to `catalog`; `evict`: nodes being drained, planned as
     cordoned with reason `cordon` (the dry run's plan is the pass's, whose cordon is
-    written); `force`: drain even a replica no replacement is found for."""
+    written); `force`: drain even a replica no replacement is found for; `defragment`:
+    moves that make room for a replica that fits nowhere."""
     addresses, listen = serving_addresses(fleet.inventory)
     networks = rank_networks(fleet.inventory)
     ledger = load_ledger(ledger_file(options, inventory_path))
@@ -70,7 +72,7 @@ def plan_pass(
     snapshot = cordoned(fleet.snapshot, dict.fromkeys(evict, cordon))
     return plan(
         catalog, snapshot, ledger, addresses, None, evict, listen=listen, force=force,
-        networks=networks, stores=model_stores(fleet.inventory),
+        networks=networks, stores=model_stores(fleet.inventory), defragment=defragment,
     )  # fmt: skip
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from cli.cluster import name_order
 from cli.placement.constraints import ORDER, gb
 from cli.placement.gpus import format_devices, format_indices
+from cli.placement.moves import Room
 from cli.placement.place import PlacementRun, ProfileAttempt, ReplicaPlacement, Verdict
 from cli.placement.reasons import Blocking, Constraint, Rejection
 from cli.placement.state import ShardPlacement
@@ -108,6 +109,19 @@ def refusal_lines(placement: ReplicaPlacement) -> list[str]:
     ]
 
 
+def room_line(room: Room) -> str:
+    """`fits on hgx-4 after moving coder-3 (hgx-4 GPU 6-7 → hgx-2 GPU 4-5)`."""
+    where = " and ".join(shard.node for shard in room.placement.shards)
+    moves = ", then ".join(
+        f"{move.replica} ({_where(move.source)} → {_where(move.target)})" for move in room.moves
+    )
+    return f"fits on {where} after moving {moves}"
+
+
+def _where(shard: ShardPlacement) -> str:
+    return f"{shard.node} GPU {format_indices(shard.gpus)}" if shard.gpus else shard.node
+
+
 def assumption_lines(placement: ReplicaPlacement) -> list[str]:
     """What the placement took on trust about the nodes it chose."""
     chosen = {shard.node for shard in placement.shards}
@@ -126,10 +140,15 @@ def assumption_lines(placement: ReplicaPlacement) -> list[str]:
     return lines
 
 
-def placement_json(run: PlacementRun, unreached: Mapping[str, str] | None = None) -> dict[str, Any]:
+def placement_json(
+    run: PlacementRun,
+    unreached: Mapping[str, str] | None = None,
+    rooms: Mapping[str, Room] | None = None,
+) -> dict[str, Any]:
     """The documented, stable `--json` form (docs/json.md). `unreached`: the nodes this
     gather could not reach, with why; the answer is complete only without any (a node not
-    reached may have room, or may run replicas nobody counted), as the exit code says."""
+    reached may have room, or may run replicas nobody counted), as the exit code says.
+    `rooms`: the moves that would admit a replica not placed (moves.py)."""
     unreached = unreached or {}
     return {
         "format": PLACEMENT_FORMAT,
@@ -137,6 +156,22 @@ def placement_json(run: PlacementRun, unreached: Mapping[str, str] | None = None
         "unreached": dict(unreached),
         "running": {model: list(replicas) for model, replicas in run.running.items()},
         "placements": [replica_placement_json(p) for p in run.placements],
+        "rooms": {replica: room_json(room) for replica, room in (rooms or {}).items()},
+    }
+
+
+def room_json(room: Room) -> dict[str, Any]:
+    def at(shard: ShardPlacement) -> dict[str, Any]:
+        return {"node": shard.node, "gpus": list(shard.gpus)}
+
+    return {
+        "moves": [
+            {"replica": m.replica, "model": m.model, "from": at(m.source), "to": at(m.target)}
+            for m in room.moves
+        ],
+        "gpus_reloaded": room.gpus_reloaded,
+        "profile": room.placement.profile.name if room.placement.profile else None,
+        "shards": [at(shard) for shard in room.placement.shards],
     }
 
 

@@ -93,13 +93,19 @@ class PlacementRun:
 
 
 def try_profile(
-    profile: CatalogProfile, state: PlacementState, spread: int = 1
+    profile: CatalogProfile,
+    state: PlacementState,
+    spread: int = 1,
+    avoid: frozenset[str] = frozenset(),
 ) -> tuple[tuple[ShardPlacement, ...] | None, ProfileAttempt]:
-    """Place one replica as `profile`, or say for every node why not."""
+    """Place one replica as `profile`, or say for every node why not.
+
+    Nodes in `avoid` pass or fail as ever but are not chosen: a replica moved to make room
+    (moves.py) must not take the room it is making."""
     spec = profile.spec
     results, passed = state.capacity_results(profile)
     checks = tuple(results)
-    candidates = list(passed.values())
+    candidates = [c for c in passed.values() if c.node.name not in avoid]
     memory_unknown: tuple[str, ...] = ()
     if spec.min_memory_gb is not None:
         memory_unknown = tuple(

@@ -172,7 +172,12 @@ class PlacementState:
         used = {s.source for s in node.shards} | self._holdings[node.name].uses
         return sum(w.bytes for w in store.weights if w.source not in used)
 
-    def hold(self, replica: str, profile: CatalogProfile, shards: Iterable[ShardPlacement]) -> None:
+    def hold(
+        self, replica: str, profile: CatalogProfile, shards: Iterable[ShardPlacement]
+    ) -> frozenset[str]:
+        """Hold the replica's GPUs and memory; the nodes where it stages its source anew,
+        which a hold that is tried and taken back (moves.py) unstages on release."""
+        staged: set[str] = set()
         for shard in shards:
             holdings = self._holdings[shard.node]
             for index in shard.gpus:
@@ -185,11 +190,44 @@ class PlacementState:
             if not self.will_hold(node, profile.source):
                 size = self.weights_bytes(profile.source, profile.spec)
                 holdings.staged[profile.source] = size or 0
+                staged.add(shard.node)
             mine = holdings.replicas.setdefault(profile.model, set())
             if replica not in mine:
                 mine.add(replica)
                 counts = self._placed.setdefault(profile.model, {})
                 counts[shard.node] = counts.get(shard.node, 0) + 1
+            self._changed.append(self._position[shard.node])
+        return frozenset(staged)
+
+    def release(
+        self,
+        replica: str,
+        profile: CatalogProfile,
+        shards: Iterable[ShardPlacement],
+        unstage: Iterable[str] = (),
+    ) -> None:
+        """Undo `hold()`: a replica held leaves, its GPUs and memory free again.
+
+        What it staged stays staged, weights on a disk outliving the replica that brought
+        them (eviction is a later step), but on the nodes of `unstage`: a hold that never
+        happened (what hold() returned, when it is taken back).
+        """
+        for node in unstage:
+            self._holdings[node].staged.pop(profile.source, None)
+        for shard in shards:
+            holdings = self._holdings[shard.node]
+            for index in shard.gpus:
+                if holdings.gpus.get(index) != replica:
+                    raise AssertionError(f"GPU {index} of {shard.node} is not {replica}'s")
+                del holdings.gpus[index]
+            holdings.memory_gib -= profile.spec.min_memory_gb or 0.0
+            mine = holdings.replicas.get(profile.model, set())
+            if replica in mine:
+                mine.discard(replica)
+                counts = self._placed[profile.model]
+                counts[shard.node] -= 1
+                if not counts[shard.node]:
+                    del counts[shard.node]
             self._changed.append(self._position[shard.node])
 
     def capacity_results(

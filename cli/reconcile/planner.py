@@ -39,7 +39,15 @@ from cli.cluster.snapshot import (
     with_shards,
 )
 from cli.facts.model import DEFAULT_MODEL_STORE, ShardRecord, store_directory
-from cli.placement.place import PlacementRun, ReplicaPlacement, new_replica_id, place, place_replica
+from cli.placement.moves import make_room, movable
+from cli.placement.place import (
+    PlacementRun,
+    ReplicaPlacement,
+    Verdict,
+    new_replica_id,
+    place,
+    place_replica,
+)
 from cli.placement.state import PlacementState, ShardPlacement
 from cli.reconcile.backoff import Backoff, after_failure, failure_key
 from cli.shards.engines import RENDEZVOUS_OFFSET, Rank
@@ -216,6 +224,7 @@ def plan(
     force: bool = False,
     networks: Mapping[str, tuple[str | None, str | None]] | None = None,
     stores: Mapping[str, str | None] | None = None,
+    defragment: bool = False,
 ) -> Plan:
     """The changes that bring the fleet to the catalog, as of `snapshot.now`.
 
@@ -225,6 +234,9 @@ def plan(
     not staged. `evict` names nodes
     being drained: placed as cordoned, their replicas are replaced elsewhere, then
     drained; one whose replacement cannot be placed is left running unless `force`.
+    `defragment`: for a replica that fits nowhere now, the moves that make room for it
+    (cli/placement/moves.py) are started and drained like a node's evictions, the new copy
+    serving before the old goes; the replica itself is placed by the next pass.
     """
     # Only the records worth believing (cli/cluster/trust.py): an invalid shard is never
     # stopped, counted or replaced, and its GPUs are no one's to take.
@@ -308,6 +320,19 @@ def plan(
             )  # fmt: skip
     moved, kept = _evictions(catalog, moving, counted, starts, evict, force)
     drains += moved
+    if defragment:
+        busy = {s.replica for s in (*stops, *drains)} | {
+            stop.replica for found in moving.values() for stop in found
+        }
+        for copy, profile, why, drain in _make_room(
+            catalog, snapshot, state, unplaced, taken, busy
+        ):
+            starts.append(
+                _start(copy, profile, addresses, ports, now, why,
+                       origin=start_origin(snapshot, drain.replica), listen=listen,
+                       networks=networks, stores=stores)
+            )  # fmt: skip
+            drains.append(drain)
     leaves += kept
     return Plan(
         now=now,
@@ -320,6 +345,53 @@ def plan(
         ledger=new_ledger,
         running={name: tuple(r.replica for r in found) for name, found in counted.items() if found},
     )
+
+
+def start_origin(snapshot: Snapshot, replica: str) -> str:
+    """A moved replica's copy keeps its origin: a manual one stays manual."""
+    for node in snapshot.nodes:
+        for shard in node.shards:
+            if shard.replica == replica:
+                return shard.origin
+    return "reconcile"
+
+
+def _make_room(
+    catalog: Catalog,
+    snapshot: Snapshot,
+    state: PlacementState,
+    unplaced: Sequence[ReplicaPlacement],
+    taken: set[str],
+    busy: set[str],
+) -> list[tuple[ReplicaPlacement, CatalogProfile, str, Stop]]:
+    """Per move that makes room for a replica not placed, its new copy (a new replica of
+    the model), why it starts, and the drain of the old one, which waits for the copy to
+    serve. Replicas
+    this plan already stops or drains do not move."""
+    movable_now = [r for r in movable(catalog, snapshot) if r.replica not in busy]
+    shards = {r.replica: r.shards for r in replicas_of(snapshot)}
+    pairs: list[tuple[ReplicaPlacement, CatalogProfile, str, Stop]] = []
+    for waiting in unplaced:
+        if waiting.verdict is not Verdict.NOT_NOW:
+            continue
+        model = catalog.models[waiting.model]
+        room = make_room(model, waiting.replica, state, movable_now)
+        if room is None:
+            continue
+        for move in room.moves:
+            copy = new_replica_id(move.model, taken, 1)
+            taken.add(copy)
+            placement = ReplicaPlacement(
+                move.model, copy, move.profile, (move.target,), (), Verdict.PLACED
+            )
+            room_for = f"room for {waiting.replica}"
+            why = f"moved to {copy} on {move.target.node}: {room_for}"
+            old = Stop(move.replica, move.model, shards[move.replica], why, True, copy)
+            moves = f"moves {move.replica} off {move.source.node}: {room_for}"
+            pairs.append((placement, move.profile, moves, old))
+        moved = {move.replica for move in room.moves}
+        movable_now = [r for r in movable_now if r.replica not in moved]
+    return pairs
 
 
 def cordoned(snapshot: Snapshot, reasons: Mapping[str, str]) -> Snapshot:

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from cli.placement.explain import VERDICT_TEXT, assumption_lines, refusal_lines, shard_text
+from collections.abc import Mapping
+
+from cli.placement.explain import (
+    VERDICT_TEXT,
+    assumption_lines,
+    refusal_lines,
+    room_line,
+    shard_text,
+)
+from cli.placement.moves import Room
 from cli.placement.place import PlacementRun, ReplicaPlacement
 from cli.ui.console import out, print_lines, wrap
 
@@ -10,8 +19,11 @@ INDENT = 2
 PROFILE_COLUMN = 10
 
 
-def render_run(run: PlacementRun, width: int = 100) -> list[str]:
-    """Plain lines, at most `width` columns where words allow."""
+def render_run(
+    run: PlacementRun, width: int = 100, rooms: Mapping[str, Room] | None = None
+) -> list[str]:
+    """Plain lines, at most `width` columns where words allow; under a replica that did
+    not fit, the moves that would make room for it (`rooms`), if any."""
     lines: list[str] = []
     for model, count in run.wanted.items():
         replicas = run.running.get(model, ())
@@ -21,6 +33,9 @@ def render_run(run: PlacementRun, width: int = 100) -> list[str]:
     column = max((len(p.replica) for p in run.placements), default=0) + 2
     for placement in run.placements:
         lines += render_placement(placement, column, width)
+        room = (rooms or {}).get(placement.replica)
+        if room is not None:
+            lines += wrap(" " * INDENT + room_line(room), " " * (INDENT * 2), width)
     return lines
 
 
@@ -45,5 +60,5 @@ def render_placement(placement: ReplicaPlacement, column: int, width: int) -> li
     return lines
 
 
-def print_run(run: PlacementRun) -> None:
-    print_lines(render_run(run, min(out.width, 120)))
+def print_run(run: PlacementRun, rooms: Mapping[str, Room] | None = None) -> None:
+    print_lines(render_run(run, min(out.width, 120), rooms))

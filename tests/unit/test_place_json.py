@@ -112,6 +112,7 @@ def test_a_replica_placed_by_its_second_profile_lists_both_attempts_and_every_re
                 ],
             }
         ],
+        "rooms": {},
     }
 
 

@@ -1,0 +1,276 @@
+"""Moves that make room: when a replica fits nowhere, the fewest, cheapest moves of running
+single-node replicas after which it fits (docs/placement.md, "Moves that make room").
+
+Make-before-break: each moved replica's new copy is placed first, by the same placement
+and hard constraints as any replica (so never on a cordoned, unreachable or faulty node),
+and only then is the old copy released, so no model ever runs fewer replicas than before,
+let alone fewer than its `replicas.min`. Moves run one after another; the waiting replica
+is placed after the last. A multi-node replica never moves: it is the least movable thing
+and the most expensive to reload.
+
+Pure: it tries each plan on the run's PlacementState and takes back what did not work, so
+the state ends holding the plan found, or exactly what it held before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import combinations
+
+from cli.catalog.load import Catalog, CatalogModel, CatalogProfile
+from cli.cluster import NameKey, name_order
+from cli.cluster.snapshot import Reachability, Snapshot
+from cli.placement.place import (
+    PlacementRun,
+    ReplicaPlacement,
+    Verdict,
+    spread_limit,
+    try_profile,
+)
+from cli.placement.state import PlacementState, ShardPlacement
+
+MOVES_LIMIT = 2  # moves per replica admitted, by default
+# Plans tried per profile, cheapest first: each is a placement per move, and a large
+# fleet offers thousands that all fail alike (no node free enough for the moved copy).
+TRIED_MOST = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A running single-node replica that may move."""
+
+    model: CatalogModel
+    replica: str
+    profile: CatalogProfile
+    shard: ShardPlacement
+
+    @property
+    def gpus(self) -> int:
+        return len(self.shard.gpus)
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    replica: str
+    model: str
+    profile: CatalogProfile
+    source: ShardPlacement
+    target: ShardPlacement
+
+
+@dataclass(frozen=True)
+class Room:
+    """The moves, in order, and the waiting replica placed after them."""
+
+    moves: tuple[Move, ...]
+    placement: ReplicaPlacement
+
+    @property
+    def gpus_reloaded(self) -> int:
+        """GPUs whose model is loaded anew by the moves: what they cost beyond the replica."""
+        return sum(len(move.target.gpus) for move in self.moves)
+
+
+def movable(catalog: Catalog, snapshot: Snapshot) -> list[Running]:
+    """The snapshot's running replicas that may move: one shard, on a Ready node that is
+    not cordoned, of a catalog profile whose memory is what the shard reserved (what the
+    release gives back must be what the node counts as held)."""
+    found: list[Running] = []
+    for node in snapshot.nodes:
+        if node.reachability is not Reachability.READY or node.cordon is not None:
+            continue
+        for shard in node.shards:
+            model = catalog.models.get(shard.model)
+            if not shard.holds or shard.nodes != 1 or model is None:
+                continue
+            profile = next((p for p in model.profiles if p.name == shard.profile), None)
+            if profile is None or (shard.memory_gib or 0.0) != (profile.spec.min_memory_gb or 0.0):
+                continue
+            placed = ShardPlacement(node.name, 0, tuple(shard.gpus), (), None)
+            found.append(Running(model, shard.replica, profile, placed))
+    return found
+
+
+def make_room(
+    model: CatalogModel,
+    replica: str,
+    state: PlacementState,
+    running: Sequence[Running],
+    limit: int = MOVES_LIMIT,
+) -> Room | None:
+    """The highest-priority profile that fits after at most `limit` moves, with the fewest
+    moves and then the fewest GPUs reloaded (among the `TRIED_MOST` cheapest plans of each
+    profile); held on `state`. None: no such plan, `state` as it was."""
+    for profile in model.profiles:
+        for plan in _plans(profile, state, running, limit)[:TRIED_MOST]:
+            room = _try(model, replica, profile, plan, state)
+            if room is not None:
+                return room
+    return None
+
+
+# A plan: the replicas to move in order, each with the nodes its new copy must avoid.
+Plan = tuple[tuple[Running, frozenset[str]], ...]
+
+
+def _plans(
+    profile: CatalogProfile, state: PlacementState, running: Sequence[Running], limit: int
+) -> list[Plan]:
+    """Plans worth trying, fewest moves first, then fewest GPUs reloaded, then by name.
+
+    A move helps only if it frees what the profile asks on a node where the profile could
+    then run: a pair moved from one node, one off each of two nodes for a multi-node
+    replica, or one replica moved off that node after another moves out of the way of its
+    new copy (a chain).
+    """
+    spec = profile.spec
+    static = state.static_rejections(profile)
+    eligible = {
+        node.name for node, rejection in zip(state.nodes, static, strict=True) if not rejection
+    }
+    by_name = {node.name: node for node in state.nodes}
+
+    def frees(r: Running) -> bool:
+        if spec.uses_gpus:
+            return bool(r.shard.gpus) and r.profile.spec.gpu_class == spec.gpu_class
+        return bool(spec.min_memory_gb) and bool(r.profile.spec.min_memory_gb)
+
+    def room_after(leaving: Iterable[Running]) -> bool:
+        """Counting only: could a node these leave hold the profile once they have?"""
+        freed: dict[str, list[Running]] = {}
+        for r in leaving:
+            freed.setdefault(r.shard.node, []).append(r)
+        for node_name, gone in freed.items():
+            node = by_name[node_name]
+            if spec.uses_gpus and spec.gpu_class is not None:
+                free = len(state.free_gpus(node, spec.gpu_class, spec.gpu_memory_gb))
+                if free + sum(r.gpus for r in gone) >= spec.gpus_per_node:
+                    return True
+            elif node.memory_total_gib is not None:
+                free_gib = node.memory_total_gib - state.reserved_gib(node)
+                released = sum(r.profile.spec.min_memory_gb or 0.0 for r in gone)
+                if free_gib + released >= (spec.min_memory_gb or 0.0):
+                    return True
+        return False
+
+    pool = [r for r in running if r.shard.node in eligible and frees(r)]
+    plans: list[tuple[tuple[int, int, tuple[NameKey, ...]], Plan]] = []
+
+    def add(plan: Plan) -> None:
+        cost = sum(r.gpus for r, _ in plan)
+        names = tuple(name_order(r.replica) for r, _ in plan)
+        plans.append(((len(plan), cost, names), plan))
+
+    singles = [r for r in pool if room_after([r])]
+    for r in singles:
+        add(((r, frozenset({r.shard.node})),))
+    if limit >= 2:
+        on_node: dict[str, list[Running]] = {}
+        for r in pool:
+            on_node.setdefault(r.shard.node, []).append(r)
+        for here in on_node.values():  # pairs within a node: never all pairs of a fleet
+            for a, b in combinations(here, 2):
+                alone = room_after([a]) or room_after([b])  # a single move is tried anyway
+                if not alone and room_after([a, b]):
+                    target = frozenset({a.shard.node})
+                    add(((a, target), (b, target)))
+        # A replica over several nodes may need a node freed for each of two ranks, on
+        # one fabric.
+        if spec.nodes > 1:
+            for a, b in combinations(singles, 2):
+                fabrics_a = {f.name for f in by_name[a.shard.node].fabrics}
+                fabrics_b = {f.name for f in by_name[b.shard.node].fabrics}
+                if a.shard.node != b.shard.node and fabrics_a & fabrics_b:
+                    both = frozenset({a.shard.node, b.shard.node})
+                    add(((a, both), (b, both)))
+        # A chain: `b` moves out of the way (never onto the node being freed), then `a`'s
+        # copy may take b's place.
+        for a in singles:
+            wanted = a.profile.spec
+            if wanted.gpu_class is None:
+                continue  # memory frees itself less in steps: chains are for GPUs
+            a_static = state.static_rejections(a.profile)
+            open_to_a = {
+                node.name
+                for node, rejection in zip(state.nodes, a_static, strict=True)
+                if not rejection
+            }
+            for b in running:
+                node_name = b.shard.node
+                if node_name == a.shard.node or node_name not in open_to_a:
+                    continue
+                free = len(
+                    state.free_gpus(by_name[node_name], wanted.gpu_class, wanted.gpu_memory_gb)
+                )
+                if b.profile.spec.gpu_class == wanted.gpu_class and free < a.gpus <= free + b.gpus:
+                    away = frozenset({node_name, a.shard.node})
+                    add(((b, away), (a, frozenset({a.shard.node}))))
+    plans.sort(key=lambda p: p[0])
+    return [plan for _, plan in plans if len(plan) <= limit]
+
+
+def _try(
+    model: CatalogModel,
+    replica: str,
+    profile: CatalogProfile,
+    plan: Plan,
+    state: PlacementState,
+) -> Room | None:
+    """Carry the plan out on `state` (make-before-break), then place the replica; or take
+    every step back and say None."""
+    done: list[tuple[Running, ShardPlacement, frozenset[str]]] = []
+    moves: list[Move] = []
+    for moving, avoid in plan:
+        shards, _ = try_profile(
+            moving.profile, state, spread_limit(moving.model), avoid | {moving.shard.node}
+        )
+        if shards is None:
+            _undo(done, state)
+            return None
+        staged = state.hold(moving.replica, moving.profile, shards)
+        state.release(moving.replica, moving.profile, (moving.shard,))
+        done.append((moving, shards[0], staged))
+        moves.append(
+            Move(moving.replica, moving.model.name, moving.profile, moving.shard, shards[0])
+        )
+    shards, attempt = try_profile(profile, state, spread_limit(model))
+    if shards is None:
+        _undo(done, state)
+        return None
+    state.hold(replica, profile, shards)
+    placement = ReplicaPlacement(model.name, replica, profile, shards, (attempt,), Verdict.PLACED)
+    return Room(tuple(moves), placement)
+
+
+def _undo(
+    done: Sequence[tuple[Running, ShardPlacement, frozenset[str]]], state: PlacementState
+) -> None:
+    # The old copy held again as it was (what it had staged, it still has).
+    for moving, target, staged in reversed(done):
+        state.hold(moving.replica, moving.profile, (moving.shard,))
+        state.release(moving.replica, moving.profile, (target,), unstage=staged)
+
+
+def rooms_for(
+    run: PlacementRun, catalog: Catalog, snapshot: Snapshot, limit: int = MOVES_LIMIT
+) -> dict[str, Room]:
+    """Replica → the moves that would admit it, for each replica of the run that could fit
+    once capacity frees ("not now"), planned one after another on the run's end state so
+    that no two plans count on the same room. Nothing is moved: this is what
+    `ctl place --dry-run` explains."""
+    state = PlacementState(snapshot)
+    for placement in run.placements:
+        if placement.profile is not None:
+            state.hold(placement.replica, placement.profile, placement.shards)
+    running = movable(catalog, snapshot)
+    rooms: dict[str, Room] = {}
+    for placement in run.placements:
+        if placement.verdict is not Verdict.NOT_NOW:
+            continue
+        room = make_room(catalog.models[placement.model], placement.replica, state, running, limit)
+        if room is not None:
+            rooms[placement.replica] = room
+            moved = {move.replica for move in room.moves}
+            running = [r for r in running if r.replica not in moved]
+    return rooms

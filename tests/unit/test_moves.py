@@ -1,0 +1,216 @@
+"""Moves that make room (cli/placement/moves.py), on fleets small enough to check by hand:
+the fewest moves, then the fewest GPUs reloaded; never a multi-node replica, never off or
+onto a cordoned node; and a state left exactly as it was when no plan works."""
+
+from __future__ import annotations
+
+from cli.catalog.load import Catalog
+from cli.placement.explain import placement_json
+from cli.placement.moves import make_room, movable, rooms_for
+from cli.placement.place import Verdict, place, place_replica
+from cli.placement.state import PlacementState
+from cli.ui.placement import render_run
+from tests.builders import catalog, hgx, shard, snapshot
+
+MODELS = catalog(
+    """\
+    models:
+      big:
+        source: hf://org/big
+        replicas: {min: 0}
+        profiles:
+          - {name: h100x8, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 8}
+      small:
+        source: hf://org/small
+        replicas: {min: 1, max: 16}
+        profiles:
+          - {name: h100x2, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 2}
+      mid:
+        source: hf://org/mid
+        replicas: {min: 1, max: 16}
+        profiles:
+          - {name: h100x4, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 4}
+      wide:
+        source: hf://org/wide
+        replicas: {min: 1}
+        profiles:
+          - {name: h100-2x4, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 4,
+             nodes: 2, tensor_parallel: 8}
+      huge:
+        source: hf://org/huge
+        replicas: {min: 0}
+        profiles:
+          - {name: h100-2x8, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 8,
+             nodes: 2, tensor_parallel: 16}
+    """
+)
+
+
+def small(replica: str, *gpus: int) -> object:
+    return shard(replica, "small", gpus, profile="h100x2")
+
+
+def mid(replica: str, first: int) -> object:
+    return shard(replica, "mid", range(first, first + 4), profile="h100x4")
+
+
+def room_for_big(models: Catalog, *nodes: object, limit: int = 2) -> tuple[list[str], str]:
+    fleet = snapshot(*nodes)  # type: ignore[arg-type]
+    state = PlacementState(fleet)
+    assert not place_replica(models.models["big"], "big-0", state).placed
+    room = make_room(models.models["big"], "big-1", state, movable(models, fleet), limit)
+    if room is None:
+        return [], "-"
+    moves = [f"{m.replica} {m.source.node} {m.source.gpus} → {m.target.node} {m.target.gpus}"
+             for m in room.moves]  # fmt: skip
+    return moves, room.placement.shards[0].node
+
+
+def test_one_move_frees_a_node_for_an_eight_gpu_replica() -> None:
+    moves, node = room_for_big(
+        MODELS,
+        hgx("hgx-1", shards=[small("small-1", 0, 1)]),
+        hgx("hgx-2", shards=[small("small-2", 0, 1), mid("mid-1", 2)]),
+    )  # fmt: skip
+    assert moves == ["small-1 hgx-1 (0, 1) → hgx-2 (6, 7)"]
+    assert node == "hgx-1"
+
+
+def test_the_cheaper_of_two_single_moves_wins() -> None:
+    # hgx-1 frees with the 2-GPU replica moved, hgx-2 with the 4-GPU one: 2 GPUs reloaded.
+    moves, node = room_for_big(
+        MODELS,
+        hgx("hgx-1", shards=[mid("mid-1", 0)]),
+        hgx("hgx-2", shards=[small("small-1", 0, 1)]),
+        hgx("hgx-3", shards=[small("small-2", 0, 1), mid("mid-2", 2)]),
+    )  # fmt: skip
+    assert moves == ["small-1 hgx-2 (0, 1) → hgx-3 (6, 7)"]
+    assert node == "hgx-2"
+
+
+def test_two_replicas_on_one_node_move_when_one_is_not_enough() -> None:
+    nodes = (
+        hgx("hgx-1", shards=[small("small-1", 0, 1), small("small-2", 2, 3)]),
+        hgx("hgx-2", shards=[mid("mid-1", 0), small("small-3", 4, 5)]),
+        hgx("hgx-3", shards=[mid("mid-2", 0), small("small-4", 4, 5)]),
+    )
+    moves, node = room_for_big(MODELS, *nodes)
+    # Freeing hgx-2 instead (mid-1 to hgx-1, small-3 to hgx-3) reloads 6 GPUs, not 4.
+    assert moves == ["small-1 hgx-1 (0, 1) → hgx-2 (6, 7)", "small-2 hgx-1 (2, 3) → hgx-3 (6, 7)"]
+    assert node == "hgx-1"
+    assert room_for_big(MODELS, *nodes, limit=1) == ([], "-")
+
+
+FOREIGN = "python3"
+
+
+def test_a_chain_moves_one_replica_out_of_the_way_of_another() -> None:
+    # mid-1 can leave hgx-1 only for hgx-2, once small-1 left it for hgx-3's last two GPUs
+    # (other processes hold the rest of hgx-2 and hgx-3).
+    moves, node = room_for_big(
+        MODELS,
+        hgx("hgx-1", shards=[mid("mid-1", 0)]),
+        hgx("hgx-2", shards=[small("small-1", 4, 5)], foreign=dict.fromkeys(range(4), FOREIGN)),
+        hgx("hgx-3", foreign=dict.fromkeys(range(6), FOREIGN)),
+    )
+    assert moves == [
+        "small-1 hgx-2 (4, 5) → hgx-3 (6, 7)",
+        "mid-1 hgx-1 (0, 1, 2, 3) → hgx-2 (4, 5, 6, 7)",
+    ]
+    assert node == "hgx-1"
+
+
+def test_a_multi_node_replica_gets_a_node_freed_for_each_rank() -> None:
+    fabric = [("ib-a", ["mlx5_0"])]
+    fleet = snapshot(
+        hgx("hgx-1", shards=[small("small-1", 0, 1)], fabrics=fabric),
+        hgx("hgx-2", shards=[small("small-2", 0, 1)], fabrics=fabric),
+        hgx("hgx-3", shards=[mid("mid-1", 0)]),  # on no fabric: room for the small ones
+    )
+    state = PlacementState(fleet)
+    room = make_room(MODELS.models["huge"], "huge-1", state, movable(MODELS, fleet))
+    assert room is not None
+    assert [(m.replica, m.target.node, m.target.gpus) for m in room.moves] == [
+        ("small-1", "hgx-3", (4, 5)),
+        ("small-2", "hgx-3", (6, 7)),
+    ]
+    assert [s.node for s in room.placement.shards] == ["hgx-1", "hgx-2"]
+
+
+def test_a_multi_node_replica_never_moves() -> None:
+    wide = [shard("wide-1", "wide", (0, 1, 2, 3), rank, profile="h100-2x4", nodes=2)
+            for rank in (0, 1)]  # fmt: skip
+    fabric = [("ib-a", ["mlx5_0"])]
+    assert room_for_big(
+        MODELS,
+        hgx("hgx-1", shards=[wide[0]], fabrics=fabric),
+        hgx("hgx-2", shards=[wide[1]], fabrics=fabric),
+        # Room for one rank, were ranks movable: hgx-1 would then be free.
+        hgx("hgx-3", foreign=dict.fromkeys(range(4), FOREIGN)),
+    )[0] == []  # fmt: skip
+
+
+def test_nothing_moves_onto_or_off_a_cordoned_node() -> None:
+    # Onto: hgx-2's free GPUs are behind a cordon.
+    assert room_for_big(
+        MODELS,
+        hgx("hgx-1", shards=[small("small-1", 0, 1)]),
+        hgx("hgx-2", cordoned="PSU", shards=[small("small-2", 0, 1)]),
+    ) == ([], "-")  # fmt: skip
+    # Off: freeing the cordoned node would admit nothing there anyway, and it is not moved.
+    fleet = snapshot(hgx("hgx-1", cordoned="PSU", shards=[small("small-1", 0, 1)]))
+    assert movable(MODELS, fleet) == []
+
+
+def test_no_plan_leaves_the_state_as_it_was() -> None:
+    fleet = snapshot(
+        hgx("hgx-1", shards=[small("small-1", 0, 1)]),
+        hgx("hgx-2", shards=[mid("mid-1", 0), mid("mid-2", 4)]),
+    )  # fmt: skip
+    state = PlacementState(fleet)
+    before = {n.name: state.free_gpus(n, "H100") for n in state.nodes}
+    assert make_room(MODELS.models["big"], "big-1", state, movable(MODELS, fleet)) is None
+    assert {n.name: state.free_gpus(n, "H100") for n in state.nodes} == before
+    assert state.replica_counts("small") == {"hgx-1": 1}
+    # What a placement then finds is what it found before the attempt.
+    assert place_replica(MODELS.models["small"], "small-2", state).shards[0].gpus == (2, 3)
+
+
+def test_place_dry_run_says_which_moves_would_admit_a_replica_that_does_not_fit() -> None:
+    fleet = snapshot(
+        hgx("hgx-1", shards=[small("small-1", 0, 1)]),
+        hgx("hgx-2", shards=[small("small-2", 0, 1), mid("mid-1", 2)]),
+    )
+    run = place(MODELS, fleet, ["big", "big"])
+    rooms = rooms_for(run, MODELS, fleet)
+    # The first fits nowhere; one move makes room for it; none for the second as well,
+    # since the first plan took what room there was.
+    assert [p.verdict for p in run.placements] == [Verdict.NOT_NOW, Verdict.NOT_NOW]
+    assert list(rooms) == ["big-1"]
+    lines = render_run(run, 200, rooms)
+    at = lines.index("  fits on hgx-1 after moving small-1 (hgx-1 GPU 0-1 → hgx-2 GPU 6-7)")
+    assert lines[at - 1].startswith("  not h100x8 (priority 1): 0/2 nodes fit")
+    assert not any(line.startswith("  fits on") for line in lines[at + 1 :])
+
+
+def test_place_json_carries_the_moves_of_each_room() -> None:
+    fleet = snapshot(
+        hgx("hgx-1", shards=[small("small-1", 0, 1)]),
+        hgx("hgx-2", shards=[small("small-2", 0, 1), mid("mid-1", 2)]),
+    )
+    run = place(MODELS, fleet, ["big"])
+    assert placement_json(run, {}, rooms_for(run, MODELS, fleet))["rooms"] == {
+        "big-1": {
+            "moves": [
+                {
+                    "replica": "small-1",
+                    "model": "small",
+                    "from": {"node": "hgx-1", "gpus": [0, 1]},
+                    "to": {"node": "hgx-2", "gpus": [6, 7]},
+                }
+            ],
+            "gpus_reloaded": 2,
+            "profile": "h100x8",
+            "shards": [{"node": "hgx-1", "gpus": [0, 1, 2, 3, 4, 5, 6, 7]}],
+        }
+    }
