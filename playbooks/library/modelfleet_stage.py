@@ -229,6 +229,8 @@ def download(
             if size is None:
                 length = response.headers.get("Content-Length")
                 size = start + int(length) if length and length.isdigit() else None
+                if progress.total is None:  # one file by URL: its length is the total
+                    progress.total = size
             try:
                 while chunk := response.read(CHUNK):
                     out.write(chunk)

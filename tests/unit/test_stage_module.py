@@ -156,6 +156,9 @@ def test_an_http_source_is_one_file_sized_by_its_content_length(hub: Hub, tmp_pa
     staged = tmp_path / "store" / store_directory(source) / "tiny.gguf"
     assert staged.read_bytes() == (hub.root / "files" / "tiny.gguf").read_bytes()
     assert result["bytes"] == 300_000
+    # its length is the total the progress bar counts against
+    progress = json.loads((staged.parent / ".modelfleet-progress").read_text())
+    assert (progress["bytes"], progress["total"], progress["state"]) == (300_000, 300_000, "done")
 
 
 def test_a_missing_http_file_is_a_staging_failure(hub: Hub, tmp_path: Path) -> None:
