@@ -22,6 +22,7 @@ from cli.placement.constraints import (
     weights_bytes,
 )
 from cli.placement.reasons import Rejection
+from cli.shards.staging import unused_weights
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,15 +163,9 @@ class PlacementState:
         return sum(self._holdings[node.name].staged.values())
 
     def evictable_bytes(self, node: NodeView) -> int:
-        """What the staging step may remove from the node's store to make room: weights
-        stored complete that no shard there loads and the run places nothing of. Nothing when
-        a shard there does not say what it loads (a record from before ctl said it, or one
-        not believed): then nothing is known unused."""
-        store = node.model_store
-        if store is None or node.invalid_shards or any(s.source is None for s in node.shards):
-            return 0
-        used = {s.source for s in node.shards} | self._holdings[node.name].uses
-        return sum(w.bytes for w in store.weights if w.source not in used)
+        """The bytes of the node's unused weights (cli/shards/staging.py): what the staging
+        step may remove to make room, the run's own placements there counted as in use."""
+        return sum(w.bytes for w in unused_weights(node, self._holdings[node.name].uses))
 
     def hold(
         self, replica: str, profile: CatalogProfile, shards: Iterable[ShardPlacement]

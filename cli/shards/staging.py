@@ -25,7 +25,7 @@ from typing import Final
 
 from cli.cluster import name_order
 from cli.cluster.snapshot import NodeView
-from cli.facts.model import DEFAULT_MODEL_STORE, store_directory
+from cli.facts.model import DEFAULT_MODEL_STORE, StoredWeights, store_directory
 from cli.shards.specs import engine_spec
 
 # A download slower than this is a failed staging, not a slow one: the timeout is this
@@ -93,20 +93,29 @@ def one_per_share(
     return list(downloads.values()), waits_on
 
 
+def unused_weights(node: NodeView, also_used: Iterable[str] = ()) -> list[StoredWeights]:
+    """The weights stored complete on `node` that the staging step may remove to make room:
+    none of its shards loads them, nor anything in `also_used` (what is starting there).
+    None at all where a shard does not say what it loads (its record is older than
+    `source`, or not believed): nothing there is known to be unused."""
+    if node.model_store is None or not _says_what_it_loads(node):
+        return []
+    used = {s.source for s in node.shards} | set(also_used)
+    return [w for w in node.model_store.weights if w.source not in used]
+
+
+def _says_what_it_loads(node: NodeView) -> bool:
+    return not node.invalid_shards and all(s.source is not None for s in node.shards)
+
+
 def evictable_directories(
     nodes: Iterable[NodeView], starting: Mapping[str, set[str]]
 ) -> dict[str, list[str]]:
-    """Per node, the store directories the staging step may remove to make room: weights
-    stored complete that none of its shards loads and no replica starting there needs.
-    None on a node where a shard does not say what it loads (its record is older than
-    `source`, or not believed): nothing there is known to be unused."""
-    found: dict[str, list[str]] = {}
-    for node in nodes:
-        store = node.model_store
-        if store is None or node.invalid_shards or any(s.source is None for s in node.shards):
-            continue
-        used = {s.source for s in node.shards} | starting.get(node.name, set())
-        found[node.name] = [
-            store_directory(w.source) for w in store.weights if w.source not in used
+    """Per node that may evict: the store directories of its unused weights."""
+    return {
+        node.name: [
+            store_directory(w.source) for w in unused_weights(node, starting.get(node.name, ()))
         ]
-    return found
+        for node in nodes
+        if node.model_store is not None and _says_what_it_loads(node)
+    }
