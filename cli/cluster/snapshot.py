@@ -21,7 +21,7 @@ from cli.cluster.trust import (
     memory_gib_problem,
     record_problem,
 )
-from cli.facts.model import Gpu, HcaPort, ModelStore, NodeFacts, ShardRecord
+from cli.facts.model import Gpu, HcaPort, ModelStore, NodeCertificate, NodeFacts, ShardRecord
 from cli.inventory.schema import Host, HostVars
 
 # GPU memory in use with no process the probe can see (containers hide other pids):
@@ -99,6 +99,8 @@ class NodeView:
     gpus_lost: int = 0  # GPUs the node has but nvidia-smi could not reach: never usable
     # The model store as the node reported it; None: not reported.
     model_store: ModelStore | None = None
+    # Its TLS certificate; None: none, its shards serve plain HTTP (cli/facts/model.py).
+    certificate: NodeCertificate | None = None
     # False: its engines fetch their own weights (`modelfleet_stage_weights: false`), so
     # the store is not where they go, and its room is not placement's concern.
     stages_weights: bool = True
@@ -244,6 +246,7 @@ def node_view(
         listening_ports=frozenset(facts.listening_ports or ()) if facts else frozenset(),
         gpus_lost=facts.gpus_lost if facts and facts.gpus is not None else 0,
         model_store=facts.model_store if facts else None,
+        certificate=facts.certificate if facts else None,
         stages_weights=host_vars.modelfleet_stage_weights,
     )
 

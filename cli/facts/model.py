@@ -103,6 +103,9 @@ class ShardRecord(Strict):
     # there, so it should run). Kept as the record says when the node could not tell (no
     # systemctl); `stopped` is only ever a record's own word.
     state: ShardState = "running"
+    # The serial of the node certificate its engine was started with, serving TLS; None:
+    # plain HTTP. An engine that cannot reload its certificate is restarted after a renewal.
+    certificate: str | None = Field(default=None, max_length=64)
 
     @property
     def holds(self) -> bool:
@@ -160,6 +163,26 @@ class ModelStore(Strict):
         return sum(w.bytes for w in self.weights)
 
 
+class NodeCertificate(Strict):
+    """The node's TLS certificate (/etc/modelfleet/pki/node.pem), as its probe read it."""
+
+    serial: str  # as cli/pki/certs.py serial_hex writes it
+    not_before: datetime  # aware, UTC
+    not_after: datetime
+    dns_names: tuple[str, ...] = ()
+    ip_addresses: tuple[str, ...] = ()
+    issuer: str  # RFC 4514
+    key_present: bool  # node.key exists
+    # SHA-256 of the node's ca.pem as cli/pki/certs.py fingerprint() writes it; None: no ca.pem
+    ca_fingerprint: str | None = None
+    ca_not_after: datetime | None = None
+    problem: str | None = None  # why it cannot serve TLS; None when usable
+
+    def usable(self, now: datetime) -> bool:
+        """Shards may serve with it: its key is there, nothing is wrong, it is valid now."""
+        return self.problem is None and self.key_present and self.not_before <= now < self.not_after
+
+
 class NodeFacts(Strict):
     """Everything the probe learned about one node at `gathered_at`.
 
@@ -186,6 +209,8 @@ class NodeFacts(Strict):
     model_store: ModelStore | None = None
     # GPUs nvidia-smi could not reach (fallen off the bus: exit 15), not among `gpus`.
     gpus_lost: int = Field(default=0, ge=0, le=1024)
+    # None: no node.pem (or a probe from before certificates): the node serves plain HTTP.
+    certificate: NodeCertificate | None = None
     notes: tuple[str, ...] = ()  # what the probe could not read, said plainly
     # The node's inventory variables when the snapshot was saved. Read only for a node the
     # inventory does not have, so a copied file brings its labels and fabrics along.
@@ -194,3 +219,9 @@ class NodeFacts(Strict):
     @property
     def reached(self) -> bool:
         return self.error is None and self.last_reached is not None
+
+
+def serves_tls(facts: NodeFacts | None, now: datetime) -> bool:
+    """Whether the node's shards serve TLS: a certificate with its key, no problem, valid now."""
+    cert = None if facts is None else facts.certificate
+    return cert is not None and cert.usable(now)

@@ -28,11 +28,8 @@ from dataclasses import dataclass
 import paramiko
 
 from cli.edges.ssh import NodeError, run
+from cli.pki.paths import CA_FILE, CERT_FILE, KEY_FILE, PKI_DIR
 
-PKI_DIR = "/etc/modelfleet/pki"
-KEY_FILE = "node.key"
-CERT_FILE = "node.pem"
-CA_FILE = "ca.pem"
 KEY_MODE = "600"
 CERT_MODE = "644"
 _HEREDOC = "MODELFLEET_PEM_END"

@@ -30,6 +30,7 @@ from typing import Any, Final
 import yaml
 
 from cli.catalog.schema import NAME_PATTERN
+from cli.pki.paths import CA_PATH
 from cli.routes.table import ReplicaRoute, RouteTable
 from cli.shards.specs import ENGINE_SPECS
 
@@ -79,15 +80,16 @@ def deployment(route: ReplicaRoute) -> dict[str, Any]:
     info: dict[str, Any] = {"id": route.replica}
     if route.embedding:
         info["mode"] = "embedding"  # so its health check embeds rather than chats
-    return {
-        "model_name": route.model,
-        "litellm_params": {
-            "model": f"{provider}/{route.model}",
-            "api_base": route.url,
-            "api_key": "none",
-        },
-        "model_info": info,
+    params: dict[str, Any] = {
+        "model": f"{provider}/{route.model}",
+        "api_base": route.url,
+        "api_key": "none",
     }
+    if route.tls:
+        # The engine's certificate is checked against the fleet's CA, as the router's own
+        # node has it from onboarding (LiteLLM: a CA bundle path makes its SSL context).
+        params["ssl_verify"] = CA_PATH
+    return {"model_name": route.model, "litellm_params": params, "model_info": info}
 
 
 def litellm_config(table: RouteTable, settings: RouterSettings | None = None) -> dict[str, Any]:

@@ -259,7 +259,8 @@ def test_the_readme_shows_what_ctl_prints_today(marker: str, args: list[str]) ->
 
 
 @pytest.mark.parametrize(
-    "document", ["README.md", "docs/cli.md", "docs/reconcile.md", "docs/placement.md"]
+    "document",
+    ["README.md", "docs/cli.md", "docs/reconcile.md", "docs/placement.md", "docs/routing.md"],
 )
 def test_cog_finds_the_generated_blocks_up_to_date(document: str) -> None:
     # README's example outputs are what ctl prints today, docs/cli.md every command's --help.
