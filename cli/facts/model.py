@@ -160,6 +160,28 @@ class ModelStore(Strict):
         return sum(w.bytes for w in self.weights)
 
 
+class NodeCertificate(Strict):
+    """The node's TLS certificate, /etc/modelfleet/pki/node.pem, as the probe read it, with
+    what it needs beside it: whether node.key exists (never its contents) and the node's
+    ca.pem. `problem` is judged when the facts were gathered; `serves_tls` judges the
+    validity dates again at any moment."""
+
+    serial: str  # hex, as cli/pki/certs.py serial_hex writes it
+    not_before: datetime  # aware, UTC
+    not_after: datetime
+    dns_names: tuple[str, ...] = ()
+    ip_addresses: tuple[str, ...] = ()
+    issuer: str  # RFC 4514
+    key_present: bool  # node.key exists
+    # SHA-256 of the node's ca.pem as cli/pki/certs.py fingerprint() writes it; None: no
+    # ca.pem (or not a certificate: then `problem` says so).
+    ca_fingerprint: str | None = None
+    ca_not_after: datetime | None = None
+    # Why it cannot serve TLS (no key, not yet valid, expired, not signed by its ca.pem,
+    # ca.pem unreadable...); None when it can.
+    problem: str | None = None
+
+
 class NodeFacts(Strict):
     """Everything the probe learned about one node at `gathered_at`.
 
@@ -186,6 +208,8 @@ class NodeFacts(Strict):
     model_store: ModelStore | None = None
     # GPUs nvidia-smi could not reach (fallen off the bus: exit 15), not among `gpus`.
     gpus_lost: int = Field(default=0, ge=0, le=1024)
+    # None: no node.pem (the node serves plain HTTP), or facts from before ctl read it.
+    certificate: NodeCertificate | None = None
     notes: tuple[str, ...] = ()  # what the probe could not read, said plainly
     # The node's inventory variables when the snapshot was saved. Read only for a node the
     # inventory does not have, so a copied file brings its labels and fabrics along.
@@ -194,3 +218,10 @@ class NodeFacts(Strict):
     @property
     def reached(self) -> bool:
         return self.error is None and self.last_reached is not None
+
+
+def serves_tls(facts: NodeFacts, now: datetime) -> bool:
+    """The node has a certificate its engines can serve TLS with at `now`: node.pem with
+    its key, signed by its ca.pem, and within its validity."""
+    cert = facts.certificate
+    return cert is not None and cert.problem is None and cert.not_before <= now < cert.not_after
