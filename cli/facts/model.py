@@ -164,19 +164,25 @@ class ModelStore(Strict):
 
 
 class NodeCertificate(Strict):
-    """The node's TLS certificate (/etc/modelfleet/pki/node.pem), as its probe read it."""
+    """The node's TLS certificate, /etc/modelfleet/pki/node.pem, as the probe read it, with
+    what it needs beside it: whether node.key exists (never its contents) and the node's
+    ca.pem. `problem` is judged when the facts were gathered; `serves_tls` judges the
+    validity dates again at any moment."""
 
-    serial: str  # as cli/pki/certs.py serial_hex writes it
+    serial: str  # hex, as cli/pki/certs.py serial_hex writes it
     not_before: datetime  # aware, UTC
     not_after: datetime
     dns_names: tuple[str, ...] = ()
     ip_addresses: tuple[str, ...] = ()
     issuer: str  # RFC 4514
     key_present: bool  # node.key exists
-    # SHA-256 of the node's ca.pem as cli/pki/certs.py fingerprint() writes it; None: no ca.pem
+    # SHA-256 of the node's ca.pem as cli/pki/certs.py fingerprint() writes it; None: no
+    # ca.pem (or not a certificate: then `problem` says so).
     ca_fingerprint: str | None = None
     ca_not_after: datetime | None = None
-    problem: str | None = None  # why it cannot serve TLS; None when usable
+    # Why it cannot serve TLS (no key, not yet valid, expired, not signed by its ca.pem,
+    # ca.pem unreadable...); None when it can.
+    problem: str | None = None
 
     def usable(self, now: datetime) -> bool:
         """Shards may serve with it: its key is there, nothing is wrong, it is valid now."""
@@ -209,7 +215,7 @@ class NodeFacts(Strict):
     model_store: ModelStore | None = None
     # GPUs nvidia-smi could not reach (fallen off the bus: exit 15), not among `gpus`.
     gpus_lost: int = Field(default=0, ge=0, le=1024)
-    # None: no node.pem (or a probe from before certificates): the node serves plain HTTP.
+    # None: no node.pem (the node serves plain HTTP), or facts from before ctl read it.
     certificate: NodeCertificate | None = None
     notes: tuple[str, ...] = ()  # what the probe could not read, said plainly
     # The node's inventory variables when the snapshot was saved. Read only for a node the
@@ -221,7 +227,8 @@ class NodeFacts(Strict):
         return self.error is None and self.last_reached is not None
 
 
-def serves_tls(facts: NodeFacts | None, now: datetime) -> bool:
-    """Whether the node's shards serve TLS: a certificate with its key, no problem, valid now."""
-    cert = None if facts is None else facts.certificate
+def serves_tls(facts: NodeFacts, now: datetime) -> bool:
+    """The node has a certificate its engines can serve TLS with at `now`: node.pem with
+    its key, signed by its ca.pem, and within its validity."""
+    cert = facts.certificate
     return cert is not None and cert.usable(now)

@@ -18,6 +18,7 @@ from cli.facts.model import (
     HcaPort,
     Memory,
     ModelStore,
+    NodeCertificate,
     NodeFacts,
     ShardRecord,
     ShardState,
@@ -31,6 +32,7 @@ from cli.facts.parse import (
     parse_meminfo,
     parse_mig_modes,
     parse_model_store,
+    parse_pki,
     parse_query_gpu,
     parse_shard_records,
     parse_topology,
@@ -116,6 +118,7 @@ def facts_from_probe(output: str, gathered_at: datetime) -> NodeFacts:
         except FactsParseError as error:
             notes.append(str(error))
     model_store = _model_store(sections.get("model-store"), notes)
+    certificate = _certificate(sections.get("pki"), gathered_at, notes)
     lost = _lost_gpus(sections.get("query-gpu")) if gpus is not None else 0
     shards_section = sections.get("shards")
     if shards_section is None or shards_section.status != 0:
@@ -137,6 +140,7 @@ def facts_from_probe(output: str, gathered_at: datetime) -> NodeFacts:
         listening_ports=listening,
         model_store=model_store,
         gpus_lost=lost,
+        certificate=certificate,
         notes=tuple(notes),
     )
 
@@ -230,6 +234,24 @@ def _model_store(section: Section | None, notes: list[str]) -> ModelStore | None
         return None
     notes.extend(line_notes)
     return store
+
+
+def _certificate(
+    section: Section | None, gathered_at: datetime, notes: list[str]
+) -> NodeCertificate | None:
+    """The node's certificate (None: no node.pem, or a probe from before the section)."""
+    if section is None:
+        return None
+    if section.status != 0:
+        notes.append("pki: the probe did not finish reading /etc/modelfleet/pki")
+        return None
+    try:
+        certificate, said = parse_pki(section.text, gathered_at)
+    except FactsParseError as error:
+        notes.append(str(error))
+        return None
+    notes.extend(said)
+    return certificate
 
 
 GpuFacts = tuple[

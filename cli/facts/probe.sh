@@ -117,6 +117,21 @@ fi
 stat -f --printf='filesystem\t%S\t%b\t%a\n' "$measured" 2>&1
 end model-store $?
 
+# The node's TLS files (cli/pki/node.py, docs/facts.md): whether node.key exists, never
+# what it holds; node.pem and ca.pem as text, each cut at 64 KiB and one byte, so ctl can
+# tell a file too large to be a certificate. MODELFLEET_PKI_DIR moves the directory.
+begin pki
+PKI_DIR=${MODELFLEET_PKI_DIR:-/etc/modelfleet/pki}
+if [ -e "$PKI_DIR/node.key" ]; then printf 'key\tpresent\n'; else printf 'key\tabsent\n'; fi
+for file in node.pem ca.pem; do
+  if [ -f "$PKI_DIR/$file" ]; then
+    printf 'file\t%s\n' "$file"
+    head -c 65537 "$PKI_DIR/$file"
+    printf '\nend\t%s\n' "$file"
+  fi
+done
+end pki 0
+
 begin shards
 # One line a shard: its record, a tab, and its unit's state (systemctl is-active), which
 # says whether the process the record describes still runs. One systemctl call for all.
