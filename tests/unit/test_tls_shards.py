@@ -14,7 +14,7 @@ from cli.catalog.load import parse_catalog
 from cli.facts.model import NodeCertificate
 from cli.pki.paths import CA_PATH, NODE_CERT_PATH, NODE_KEY_PATH
 from cli.reconcile.planner import plan, serving_certificates
-from cli.routes.litellm import litellm_config
+from cli.routes.litellm import litellm_config, render
 from cli.routes.table import route_table
 from cli.shards.flags import accepted_options
 from cli.shards.specs import ENGINE_SPECS, Rank, engine_spec
@@ -133,19 +133,19 @@ def test_a_replica_serving_tls_is_routed_over_https_checked_against_the_routers_
     )
     fleet = snapshot(NodeSpec("cpu-1", shards=[tls]), hgx("cpu-2", shards=[plain]))
     table = route_table(models, fleet, {"cpu-1": "10.0.0.1", "cpu-2": "10.0.0.2"})
-    params = {
-        d["model_info"]["id"]: d["litellm_params"] for d in litellm_config(table)["model_list"]
-    }
+    config = litellm_config(table)
+    params = {d["model_info"]["id"]: d["litellm_params"] for d in config["model_list"]}
     assert params["tiny-1"] == {
-        "model": "openai/tiny",
-        "api_base": "https://10.0.0.1:8100/v1",
-        "api_key": "none",
-        "ssl_verify": CA_PATH,
-    }
+        "model": "openai/tiny", "api_base": "https://10.0.0.1:8100/v1", "api_key": "none"
+    }  # fmt: skip
     assert params["tiny-2"] == {
         "model": "openai/tiny", "api_base": "http://10.0.0.2:8101/v1", "api_key": "none"
     }  # fmt: skip
-    assert yaml.safe_load(yaml.safe_dump(params))["tiny-1"]["ssl_verify"] == CA_PATH
+    # For the whole router: LiteLLM's openai clients read no deployment's own ssl_verify.
+    assert config["litellm_settings"] == {"request_timeout": 600, "ssl_verify": CA_PATH}
+    assert yaml.safe_load(render(table))["litellm_settings"]["ssl_verify"] == CA_PATH
+    only_plain = route_table(models, snapshot(hgx("cpu-2", shards=[plain])), {"cpu-2": "10.0.0.2"})
+    assert "ssl_verify" not in litellm_config(only_plain)["litellm_settings"]
 
 
 def tiny_record(replica: str, serial: str | None, engine: str = "llama.cpp") -> object:
