@@ -17,6 +17,7 @@ from cli.commands import (
     cordon,
     facts,
     nodes,
+    offboard,
     onboard,
     place,
     provision,
@@ -139,6 +140,7 @@ app.command("provision-node")(provision.provision_node)
 app.add_typer(catalog.app, name="catalog")
 app.add_typer(ca.app, name="ca")
 app.command("onboard-node")(onboard.onboard_node)
+app.command("offboard-node")(offboard.offboard_node)
 
 
 def main() -> None:
