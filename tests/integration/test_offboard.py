@@ -10,7 +10,6 @@ accepts it, the node's key is gone from the node, a rerun says it is already don
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import textwrap
@@ -27,25 +26,10 @@ from cryptography.x509.oid import NameOID
 from cli.pki.certs import NodeNames, serial_hex
 from cli.pki.store import ISSUED_FILE, init_ca, revoked_serials
 from tests.ctl import ROOT, ctl
+from tests.integration.test_exit_codes import CHAT, NOTHING, World
 from tests.sshd import Sshd, missing_reason, running_sshd
 
 EXAMPLES = ROOT / "examples"
-NOTHING = """\
-models:
-  tiny:
-    source: hf://org/tiny
-    replicas: {min: 0, max: 1}
-    profiles:
-      - {name: cpu, priority: 1, engine: llama.cpp}
-"""
-CHAT = """\
-models:
-  llama-3.1-8b:
-    source: hf://meta-llama/Llama-3.1-8B-Instruct
-    replicas: {min: 1, max: 2}
-    profiles:
-      - {name: h100x1, priority: 100, engine: vllm, gpu_class: H100, gpus_per_node: 1}
-"""
 
 
 @pytest.fixture(scope="module")
@@ -226,18 +210,11 @@ def test_an_unreachable_node_is_refused_unless_force(lab: Lab, tmp_path: Path) -
 
 def snapshot_world(tmp: Path) -> tuple[str, ...]:
     """hgx-2 of the example fleet alone, running llama-3.1-8b-1: nowhere else to go."""
-    inventory = tmp / "inventory"
-    inventory.mkdir()
-    (inventory / "hosts.yml").write_text("all:\n  hosts:\n    hgx-2:\n")
-    facts = tmp / "facts"
-    facts.mkdir()
-    document = json.loads((EXAMPLES / "facts" / "hgx-2.json").read_text())
-    (facts / "hgx-2.json").write_text(json.dumps(document))
-    (tmp / "chat.yaml").write_text(CHAT)
+    world = World(tmp, None)
     init_ca(tmp / "ca", "lab", datetime.now(UTC))
     return (
-        "offboard-node", "hgx-2", "--dry-run", "-i", str(inventory), "--facts", str(facts),
-        "--catalog", str(tmp / "chat.yaml"), "--ca-dir", str(tmp / "ca"),
+        "offboard-node", "hgx-2", "--dry-run", *world.hgx2(), "--catalog",
+        world.file("chat.yaml", CHAT), "--ca-dir", str(tmp / "ca"),
     )  # fmt: skip
 
 
