@@ -15,6 +15,7 @@ from cli.commands import (
     ca,
     catalog,
     cordon,
+    deprovision,
     facts,
     nodes,
     offboard,
@@ -141,6 +142,7 @@ app.add_typer(catalog.app, name="catalog")
 app.add_typer(ca.app, name="ca")
 app.command("onboard-node")(onboard.onboard_node)
 app.command("offboard-node")(offboard.offboard_node)
+app.command("deprovision-node")(deprovision.deprovision_node)
 
 
 def main() -> None:

@@ -3,6 +3,7 @@ forget its host key and take it out of the inventory (docs/onboarding.md, Offboa
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -54,6 +55,21 @@ def offboard_node(
     could not be done (a replica left serving, another ctl holding the fleet's lock), 2 on
     bad input (an unknown node, a host named through a range, no CA).
     """
+    raise SystemExit(offboard(context, name, dry_run, force, inventory, ca_dir, catalog, facts))
+
+
+def offboard(
+    context: typer.Context,
+    name: str,
+    dry_run: bool,
+    force: bool,
+    inventory: Path,
+    ca_dir: Path | None,
+    catalog: Path,
+    facts: Path | None,
+) -> int:
+    """Offboard `name` (or print the plan, `dry_run`); the exit code. `ctl deprovision-node`
+    runs it first for a node still in the inventory."""
     from datetime import UTC, datetime
 
     from cli.commands.inputs import app_context, read_catalog, read_fleet, require_tools
@@ -130,8 +146,8 @@ def offboard_node(
         return console.EXIT_OK if done.complete else console.EXIT_INCOMPLETE
 
     if dry_run:
-        raise SystemExit(run())
+        return run()
     from cli.commands.locking import fleet_lock
 
     with fleet_lock(context, inventory):
-        raise SystemExit(run())
+        return run()

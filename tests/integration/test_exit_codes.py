@@ -281,6 +281,15 @@ ELSEWHERE: dict[tuple[str, int], str] = {
         1,
     ): "test_offboard.py::test_a_replica_nothing_else_can_take_is_refused_naming_it",
     ("offboard-node", 2): "test_offboard.py::test_an_unknown_node_is_bad_input",
+    (
+        "deprovision-node",
+        0,
+    ): "test_deprovision.py::test_the_vm_provision_node_made_is_stopped_destroyed_and_purged",
+    (
+        "deprovision-node",
+        1,
+    ): "test_deprovision.py::test_a_vm_named_so_by_hand_is_left_alone_with_exit_1",
+    ("deprovision-node", 2): "test_deprovision.py::test_no_token_is_bad_input_and_contacts_nothing",
 }
 
 
