@@ -5,11 +5,13 @@ meantime, a protected one — is never stopped or destroyed."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.ctl import ROOT
 from tests.fakes.proxmox import (
     Call,
     FakeProxmox,
@@ -91,6 +93,20 @@ def test_the_vm_provision_node_made_is_stopped_destroyed_and_purged(
     again = ctl(deprovision(pve), environment(pve))
     assert again.returncode == 0, again.stderr
     assert again.stdout == "gpu-7: no VM of that name: already deprovisioned\n"
+    # The docs' transcript is these two runs' output, but for the names of things.
+    printed = _normal(result.stderr + result.stdout + again.stderr + again.stdout, vm.vmid)
+    docs = (ROOT / "docs" / "provisioning.md").read_text(encoding="utf-8")
+    section = docs[docs.index("## Deprovisioning") :]
+    block = section[section.index("```text\n") + 8 : section.index("\n```")]
+    shown = {line for line in _normal(block, 131) if not line.startswith("$ ")}
+    assert shown <= printed, sorted(shown - printed)
+
+
+def _normal(text: str, vmid: int) -> set[str]:
+    text = re.sub(r"https://\S+", "ENDPOINT", text)
+    text = re.sub(r"UPID:\S+", "UPID", text)
+    text = re.sub(r"modelfleet-run-[0-9a-f]{12}", "MARKER", text)
+    return set(re.sub(rf"\b{vmid}\b", "VMID", text).splitlines())
 
 
 def test_a_vm_named_so_by_hand_is_left_alone_with_exit_1(pve: Running) -> None:
@@ -123,6 +139,9 @@ def test_a_vmid_reused_by_someone_elses_vm_meanwhile_is_never_touched(pve: Runni
     assert result.returncode == 1, result.stderr
     assert "vmid 131 on node pve is not the VM ctl provisioned as gpu-7" in result.stderr
     assert "named web-3" in result.stderr and "left alone" in result.stderr
+    # docs/provisioning.md shows this very line.
+    (line,) = [x for x in result.stderr.splitlines() if x.startswith("error:")]
+    assert line in (ROOT / "docs" / "provisioning.md").read_text(encoding="utf-8")
     assert changes(pve.fake) == []
     assert pve.fake.vm(131).config["name"] == "web-3"  # type: ignore[union-attr]
 

@@ -10,6 +10,7 @@ accepts it, the node's key is gone from the node, a rerun says it is already don
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import textwrap
@@ -248,3 +249,35 @@ def test_a_host_named_through_a_range_is_refused_with_exit_2(tmp_path: Path) -> 
     assert result.returncode == 2, result.stdout + result.stderr
     assert "named here through 'hgx-[3:5]'" in result.stderr
     assert tree(inventory) == before
+
+
+def _normal(text: str, lab: Lab) -> set[str]:
+    """Lines with what differs between a run and the docs' example made the same."""
+    text = text.replace(str(lab.ca.directory), "CA").replace(str(lab.inventory), "inventory")
+    text = re.sub(r"\[127\.0\.0\.1\]:\d+|127\.0\.1\.3", "ADDRESS", text)
+    text = re.sub(r"\b[0-9a-f]{30,40}\b", "SERIAL", text)
+    text = re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", "WHEN", text)
+    text = text.replace("/home/ops/.config/modelfleet/ca", "CA")
+    return {re.sub(r"\blocal\b", "node-3", line) for line in text.splitlines()}
+
+
+def test_the_docs_offboarding_example_is_what_ctl_prints(lab: Lab) -> None:
+    docs = (ROOT / "docs" / "onboarding.md").read_text(encoding="utf-8")
+    section = docs[docs.index("## Offboarding") :]
+    block = section[
+        section.index("```text\n") + 8 : section.index("\n```", section.index("```text"))
+    ]
+    shown = _normal(block, lab)
+    commands = {line for line in shown if line.startswith("$ ") or line.startswith("...")}
+    lab.certify()
+    printed: set[str] = set()
+    for extra in (("--dry-run",), (), ()):
+        result = lab.offboard(*extra)
+        assert result.returncode == 0, result.stdout + result.stderr
+        printed |= _normal(result.stdout, lab)
+    assert shown - commands <= printed, sorted(shown - commands - printed)
+    assert commands == {
+        "$ ctl offboard-node node-3 --dry-run",
+        "$ ctl offboard-node node-3",
+        "...the same plan, then:",
+    }
