@@ -139,7 +139,7 @@ def offboard(
         with console.input_errors():
             done = ops.carry_out(
                 options, plan, held.get("fleet"), inventory, loaded, ca, now,
-                on_run=say_run, say=say, decrypt=decrypt,
+                on_run=say_run, say=say, decrypt=decrypt, force=force,
             )  # fmt: skip
         for line in done.lines:
             console.out.print(line, markup=False, highlight=False, overflow="ignore", crop=False)

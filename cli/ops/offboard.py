@@ -234,15 +234,19 @@ def carry_out(
     on_run: OnRun,
     say: Say,
     decrypt: Decrypt | None = None,
+    *,
+    force: bool = False,
 ) -> Done:
     """Do what `plan` says, in its order; stop before the certificate when the drain left a
-    replica of the node serving (unless the plan was made with --force)."""
+    replica of the node serving, unless `force` (then it is said, and the rest done)."""
     done = Done()
     if plan.drain is not None and fleet is not None and not plan.drain.empty:
         applied = apply_plan(options, fleet, plan.drain, inventory_path, catalog, on_run, say)
         done.lines += applied.lines
         left = _left_on_node(applied, plan)
-        if left and not plan.loses:
+        if left and force:
+            done.lines.append(f"--force: {', '.join(left)} may still run on {plan.node}")
+        elif left:
             done.lines.append(
                 f"NOT OFFBOARDED {plan.node}: {', '.join(left)} still serve there (see above);"
                 " it stays cordoned, its certificate valid and in the inventory: run again"
