@@ -162,6 +162,10 @@ class Plan:
         return not (self.stops or self.starts or self.drains)
 
 
+# The reason of a drain --force stops with no replacement: a replica the model is short of.
+FORCED = "node drained (--force: no replacement could be placed)"
+
+
 def retired_unreplaced(plan: Plan) -> tuple[tuple[str, ...], int]:
     """The healthy replicas `plan` retires with nothing to take their place, and how many
     healthy replicas there are: the figures of "this pass stops 5 of 8 running replicas"."""
@@ -450,8 +454,7 @@ def _evictions(
                 )
                 kept.append(Leave(stop.replica, name, why, undrained=True))
             elif force:
-                why = "node drained (--force: no replacement could be placed)"
-                drains.append(replace(stop, reason=why))
+                drains.append(replace(stop, reason=FORCED))
             else:
                 where = ", ".join(sorted({s.node for s in stop.shards} & evict, key=name_order))
                 why = (

@@ -285,6 +285,19 @@ def test_the_readme_commands_table_names_every_command_and_nothing_else() -> Non
     assert commands == named
 
 
+def test_the_readme_lifecycle_names_a_command_per_step_in_order() -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Lifecycle") : readme.index("## Documentation")]
+    steps = re.findall(r"^\d\. \*\*(\w+)\*\* — `ctl ([a-z-]+)", section, re.MULTILINE)
+    assert steps == [
+        ("provision", "provision-node"), ("onboard", "onboard-node"), ("serve", "reconcile"),
+        ("renew", "reconcile"), ("drain", "drain"), ("offboard", "offboard-node"),
+        ("deprovision", "deprovision-node"),
+    ]  # fmt: skip
+    headings = set(re.findall(r"^## ctl (\S+)$", (ROOT / "docs" / "cli.md").read_text(), re.M))
+    assert {command for _, command in steps} <= headings
+
+
 def test_nodes_wide_shows_each_nodes_model_store_and_unknown_as_a_question_mark() -> None:
     result = ctl("nodes", "--wide", *FLEET_ARGS, env={"COLUMNS": "200"})
     assert result.returncode == 1, result.stderr  # l40s-2 is Unreachable
