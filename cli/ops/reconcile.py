@@ -26,6 +26,7 @@ from cli.ops.fleet import (
 )
 from cli.ops.staging import ProgressLines, watch_staging
 from cli.ops.tokens import resolve_tokens
+from cli.pki.store import default_ca_dir, published_crl
 from cli.reconcile.apply import Outcome, apply
 from cli.reconcile.ledger import ledger_path, load_ledger, save_ledger
 from cli.reconcile.planner import DRAINING, Plan, cordoned, plan
@@ -77,14 +78,24 @@ def plan_pass(
 
 
 def router_deployer(
-    options: AppContext, fleet: Fleet, inventory_path: Path, on_run: OnRun
+    options: AppContext,
+    fleet: Fleet,
+    inventory_path: Path,
+    on_run: OnRun,
+    ca_dir: Path | None = None,
 ) -> RouterDeployer | None:
-    """The deployer for the inventory group `routers`, or None when it has no host."""
+    """The deployer for the inventory group `routers`, or None when it has no host. It
+    hands the routers the CA's revocation list where the CA is here: `ca_dir`, else
+    MODELFLEET_CA_DIR, else the default of `ctl ca init`."""
     hosts = router_hosts(fleet.inventory)
     if not hosts:
         return None
+    if ca_dir is None:
+        configured = os.environ.get("MODELFLEET_CA_DIR")
+        ca_dir = Path(configured) if configured else default_ca_dir()
+    crl = published_crl(ca_dir)
     known_hosts = options.known_hosts(inventory_path)
-    return RouterDeployer(hosts, inventory_path, known_hosts, options.logs, on_run=on_run)
+    return RouterDeployer(hosts, inventory_path, known_hosts, options.logs, on_run=on_run, crl=crl)
 
 
 def apply_plan(
