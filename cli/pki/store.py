@@ -234,12 +234,13 @@ def read_crl(directory: Path) -> x509.CertificateRevocationList | None:
 
 def published_crl(directory: Path) -> str | None:
     """The CA's CRL as PEM text, for the routers (docs/routing.md), once checked against
-    the CA's certificate beside it; None where there is no CA or it revoked nothing. A CRL
-    the routers would choke on is bad input here (exit 2), not a router refusing every
-    engine. Needs no key: any copy of the CA directory's public files will do."""
+    the CA's certificate beside it; "" where the CA has revoked nothing (the routers drop
+    any list they had); None where there is no CA here (they keep theirs). A CRL the routers
+    would choke on is bad input here (exit 2), not a router refusing every engine. Needs no
+    key: any copy of the CA directory's public files will do."""
     crl = read_crl(directory)
     if crl is None:
-        return None
+        return "" if (directory / CERT_FILE).is_file() else None
     cert_path = directory / CERT_FILE
     try:
         ca_cert = x509.load_pem_x509_certificate(cert_path.read_bytes())

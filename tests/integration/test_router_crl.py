@@ -91,3 +91,21 @@ def test_litellm_with_the_routers_crl_check_refuses_a_revoked_engine_certificate
     refused = ask(bundle(tmp_path, tls, ("1234abcd", tls.serial)), url)
     assert refused.returncode == 1, refused.stdout + refused.stderr[-3000:]
     assert "certificate revoked" in refused.stdout, refused.stdout
+
+
+def test_a_crl_left_from_another_ca_is_not_checked_rather_than_refusing_every_engine(
+    engine: tuple[NodeTls, str], tmp_path: Path
+) -> None:
+    """A CA made again leaves the routers the old CA's list until ctl runs beside the new
+    one: OpenSSL would refuse every engine against it, so it is said and not used."""
+    tls, url = engine
+    other = make_ca(tmp_path / "other-ca", "old")
+    records = [CertRecord(tls.serial, "node-1", datetime.now(UTC))]
+    stale = build_crl(other.key, other.cert, records, datetime.now(UTC), 7)
+    path = tmp_path / "trust.pem"
+    path.write_bytes(tls.ca_pem.read_bytes() + stale.public_bytes(serialization.Encoding.PEM))
+    answered = ask(path, url)
+    assert answered.stdout.startswith("ANSWER tiny answered from "), answered.stdout
+    assert "its CRL is not its CA's (a CA made again?): revocations not checked" in (
+        answered.stderr
+    ), answered.stderr[-2000:]
