@@ -21,7 +21,7 @@ from cli.cluster.trust import (
     memory_gib_problem,
     record_problem,
 )
-from cli.facts.model import Gpu, HcaPort, ModelStore, NodeFacts, ShardRecord
+from cli.facts.model import Gpu, HcaPort, ModelStore, NodeCertificate, NodeFacts, ShardRecord
 from cli.inventory.schema import Host, HostVars
 
 # GPU memory in use with no process the probe can see (containers hide other pids):
@@ -102,6 +102,9 @@ class NodeView:
     # False: its engines fetch their own weights (`modelfleet_stage_weights: false`), so
     # the store is not where they go, and its room is not placement's concern.
     stages_weights: bool = True
+    # Its TLS certificate as the node reported it; None: it has none (plain HTTP), or it
+    # was never reached (`last_reached` None).
+    certificate: NodeCertificate | None = None
 
     @property
     def status(self) -> Status:
@@ -245,6 +248,7 @@ def node_view(
         gpus_lost=facts.gpus_lost if facts and facts.gpus is not None else 0,
         model_store=facts.model_store if facts else None,
         stages_weights=host_vars.modelfleet_stage_weights,
+        certificate=facts.certificate if facts else None,
     )
 
 

@@ -280,6 +280,7 @@ def test_the_json_document_names_its_format_time_and_every_field_of_a_node() -> 
                         "state": "running",
                     }
                 ],
+                "certificate": None,
                 "notes": [
                     "cordoned: maintenance",
                     "GPU 2: ECC",
@@ -306,6 +307,7 @@ def test_the_json_document_names_its_format_time_and_every_field_of_a_node() -> 
                 "labels": {},
                 "model_store": None,
                 "shards": [],
+                "certificate": None,
                 "notes": [
                     "unreachable: timed out",
                     "fabric ib-b: HCA state unknown",
