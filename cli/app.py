@@ -15,8 +15,10 @@ from cli.commands import (
     ca,
     catalog,
     cordon,
+    deprovision,
     facts,
     nodes,
+    offboard,
     onboard,
     place,
     provision,
@@ -139,6 +141,8 @@ app.command("provision-node")(provision.provision_node)
 app.add_typer(catalog.app, name="catalog")
 app.add_typer(ca.app, name="ca")
 app.command("onboard-node")(onboard.onboard_node)
+app.command("offboard-node")(offboard.offboard_node)
+app.command("deprovision-node")(deprovision.deprovision_node)
 
 
 def main() -> None:

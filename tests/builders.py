@@ -16,6 +16,7 @@ from cli.facts.model import (
     HcaPort,
     Memory,
     ModelStore,
+    NodeCertificate,
     NodeFacts,
     ShardRecord,
     StoredWeights,
@@ -52,6 +53,7 @@ class NodeSpec:
     gpu_memory_mib: int | None = 81559  # memory.total of each GPU (an 80 GB H100's)
     gpu_memory_of: Mapping[int, int | None] = field(default_factory=dict)  # per GPU, if other
     store: ModelStore | None = None  # the model store; None: not reported
+    certificate: NodeCertificate | None = None  # its TLS certificate; None: plain HTTP
 
 
 def nvswitch(count: int = 8) -> list[list[int]]:
@@ -165,6 +167,7 @@ def facts(spec: NodeSpec) -> NodeFacts:
         shards=tuple(spec.shards),
         listening_ports=tuple(spec.listening) if spec.listening else None,
         model_store=spec.store,
+        certificate=spec.certificate,
     )
 
 

@@ -99,12 +99,11 @@ class NodeView:
     gpus_lost: int = 0  # GPUs the node has but nvidia-smi could not reach: never usable
     # The model store as the node reported it; None: not reported.
     model_store: ModelStore | None = None
+    # Its TLS certificate; None: none, its shards serve plain HTTP (cli/facts/model.py).
+    certificate: NodeCertificate | None = None
     # False: its engines fetch their own weights (`modelfleet_stage_weights: false`), so
     # the store is not where they go, and its room is not placement's concern.
     stages_weights: bool = True
-    # Its TLS certificate as the node reported it; None: it has none (plain HTTP), or it
-    # was never reached (`last_reached` None).
-    certificate: NodeCertificate | None = None
 
     @property
     def status(self) -> Status:
@@ -247,8 +246,8 @@ def node_view(
         listening_ports=frozenset(facts.listening_ports or ()) if facts else frozenset(),
         gpus_lost=facts.gpus_lost if facts and facts.gpus is not None else 0,
         model_store=facts.model_store if facts else None,
-        stages_weights=host_vars.modelfleet_stage_weights,
         certificate=facts.certificate if facts else None,
+        stages_weights=host_vars.modelfleet_stage_weights,
     )
 
 

@@ -9,14 +9,46 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from cli.ops.provision import Outcome, ProvisionError
+    from cli.ops.provision import Outcome, ProvisionError, Reporter
     from cli.provision.plan import ProvisionOptions
+    from cli.provision.proxmox import ProxmoxClient
 
 DEFAULT_CORES = 4
 DEFAULT_MEMORY_MIB = 16384
 DEFAULT_DISK = "64G"
 DEFAULT_PORT = 8006
 DEFAULT_TIMEOUT = 600.0
+
+
+ProxmoxHostOption = Annotated[
+    str | None,
+    typer.Option("--proxmox-host", envvar="PROXMOX_HOST", help="The Proxmox API's host."),
+]
+ProxmoxPortOption = Annotated[int, typer.Option("--proxmox-port", help="The Proxmox API's port.")]
+CaCertOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--ca-cert",
+        help="The CA that signed Proxmox's certificate (e.g. a copy of "
+        "/etc/pve/pve-root-ca.pem); default: the system's CAs.",
+    ),
+]
+TokenFileOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--token-file",
+        help="A file holding the API token, user@realm!name=secret "
+        "(default: PROXMOX_TOKEN_ID and PROXMOX_TOKEN_SECRET).",
+    ),
+]
+StepTimeoutOption = Annotated[
+    float,
+    typer.Option(
+        "--step-timeout",
+        help="The longest wait for each step (a task, the agent), s"
+        " (ctl's own timeout is for SSH connects).",
+    ),
+]
 
 
 def provision_node(
@@ -63,37 +95,11 @@ def provision_node(
             help="A GPU by PCI resource mapping name (repeat for more): hostpciN mapping=NAME.",
         ),
     ] = None,
-    proxmox_host: Annotated[
-        str | None,
-        typer.Option("--proxmox-host", envvar="PROXMOX_HOST", help="The Proxmox API's host."),
-    ] = None,
-    proxmox_port: Annotated[
-        int, typer.Option("--proxmox-port", help="The Proxmox API's port.")
-    ] = DEFAULT_PORT,
-    ca_cert: Annotated[
-        Path | None,
-        typer.Option(
-            "--ca-cert",
-            help="The CA that signed Proxmox's certificate (e.g. a copy of "
-            "/etc/pve/pve-root-ca.pem); default: the system's CAs.",
-        ),
-    ] = None,
-    token_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--token-file",
-            help="A file holding the API token, user@realm!name=secret "
-            "(default: PROXMOX_TOKEN_ID and PROXMOX_TOKEN_SECRET).",
-        ),
-    ] = None,
-    timeout: Annotated[
-        float,
-        typer.Option(
-            "--step-timeout",
-            help="The longest wait for each step (a task, the agent), s"
-            " (ctl's own timeout is for SSH connects).",
-        ),
-    ] = DEFAULT_TIMEOUT,
+    proxmox_host: ProxmoxHostOption = None,
+    proxmox_port: ProxmoxPortOption = DEFAULT_PORT,
+    ca_cert: CaCertOption = None,
+    token_file: TokenFileOption = None,
+    timeout: StepTimeoutOption = DEFAULT_TIMEOUT,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the API calls; contact nothing, need no token.")
     ] = False,
@@ -180,6 +186,22 @@ def _provision(
     timeout: float,
 ) -> None:
     from cli.ops.provision import Limits, Provisioner, ProvisionError
+
+    client, reporter, secrets = proxmox_session(host, port, ca_cert, token_file)
+    provisioner = Provisioner(client, options, reporter, limits=Limits(wait=timeout))
+    try:
+        outcome = provisioner.run()
+    except ProvisionError as error:
+        print_failure(error, secrets)
+        raise SystemExit(error.code) from None
+    _print_outcome(outcome)
+
+
+def proxmox_session(
+    host: str | None, port: int, ca_cert: Path | None, token_file: Path | None
+) -> tuple[ProxmoxClient, Reporter, tuple[str, ...]]:
+    """The API client, a reporter printing progress on stderr with the token's secret
+    removed, and the secrets to remove from anything else printed; exit 2 on bad input."""
     from cli.provision.plan import redact
     from cli.provision.proxmox import ProxmoxClient, TokenError, load_token, token_file_warning
     from cli.ui import console
@@ -198,7 +220,7 @@ def _provision(
         console.err.print(f"warning: {warning}", markup=False)
     secrets = token.secrets
 
-    class StderrReporter:
+    class StderrReporter:  # the Reporter protocol of cli/ops/provision.py
         def step(self, text: str) -> None:
             console.err.print(redact(text, secrets), markup=False, highlight=False)
 
@@ -212,17 +234,10 @@ def _provision(
         def warn(self, text: str) -> None:
             console.err.print(f"warning: {redact(text, secrets)}", markup=False, highlight=False)
 
-    client = ProxmoxClient(host, port, token, ca_cert=ca_cert)
-    provisioner = Provisioner(client, options, StderrReporter(), limits=Limits(wait=timeout))
-    try:
-        outcome = provisioner.run()
-    except ProvisionError as error:
-        _print_failure(error, secrets)
-        raise SystemExit(error.code) from None
-    _print_outcome(outcome)
+    return ProxmoxClient(host, port, token, ca_cert=ca_cert), StderrReporter(), secrets
 
 
-def _print_failure(error: ProvisionError, secrets: tuple[str, ...]) -> None:
+def print_failure(error: ProvisionError, secrets: tuple[str, ...]) -> None:
     from cli.provision.plan import redact
     from cli.ui import console
 

@@ -103,6 +103,9 @@ class ShardRecord(Strict):
     # there, so it should run). Kept as the record says when the node could not tell (no
     # systemctl); `stopped` is only ever a record's own word.
     state: ShardState = "running"
+    # The serial of the node certificate its engine was started with, serving TLS; None:
+    # plain HTTP. An engine that cannot reload its certificate is restarted after a renewal.
+    certificate: str | None = Field(default=None, max_length=64)
 
     @property
     def holds(self) -> bool:
@@ -181,6 +184,10 @@ class NodeCertificate(Strict):
     # ca.pem unreadable...); None when it can.
     problem: str | None = None
 
+    def usable(self, now: datetime) -> bool:
+        """Shards may serve with it: its key is there, nothing is wrong, it is valid now."""
+        return self.problem is None and self.key_present and self.not_before <= now < self.not_after
+
 
 class NodeFacts(Strict):
     """Everything the probe learned about one node at `gathered_at`.
@@ -224,4 +231,4 @@ def serves_tls(facts: NodeFacts, now: datetime) -> bool:
     """The node has a certificate its engines can serve TLS with at `now`: node.pem with
     its key, signed by its ca.pem, and within its validity."""
     cert = facts.certificate
-    return cert is not None and cert.problem is None and cert.not_before <= now < cert.not_after
+    return cert is not None and cert.usable(now)

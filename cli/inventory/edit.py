@@ -9,6 +9,7 @@ host (cli/pki/addhost.py).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -35,7 +36,8 @@ from cli.inventory.load import (
     read_sources,
     vars_texts,
 )
-from cli.inventory.schema import Host, Inventory
+from cli.inventory.remove import Removal, plan_removal
+from cli.inventory.schema import Host, Inventory, changed_hosts
 from cli.inventory.splice import quote
 
 
@@ -88,6 +90,38 @@ def uncordon_node(inventory: Path, node: str, decrypt: Decrypt | None = None) ->
     return commit(plan, inventory, before, decrypt)
 
 
+def plan_node_removal(inventory: Path, node: str, decrypt: Decrypt | None = None) -> Removal:
+    """What taking `node` out of the inventory deletes (cli/inventory/remove.py); writes
+    nothing."""
+    host = load_inventory(inventory, decrypt).find(node)
+    return plan_removal(read_texts(inventory, node), host)
+
+
+def remove_node(inventory: Path, node: str, decrypt: Decrypt | None = None) -> Removal:
+    """Take `node` out of the inventory: its own lines and host_vars go, as one verified
+    transaction (every file restored unless, read again, `node` is gone and every other
+    host is as it was)."""
+    before = load_inventory(inventory, decrypt)
+    texts = read_texts(inventory, before.find(node).name)
+    removal = plan_removal(texts, before.host(node))
+    first = removal.edits[0].file if removal.edits else str(inventory)
+
+    def problem(after: Inventory) -> str | None:
+        changed = changed_hosts(before, after, node)
+        if node not in after.names() and not changed:
+            return None
+        what = f"changed {', '.join(changed)}" if changed else f"left {node} in it"
+        return f"the edit {what}; the original files are restored"
+
+    write_verified(
+        removal.edits, missing=None, verify=_reloaded(inventory, decrypt, first, problem)
+    )
+    if texts.vars_dir is not None:
+        with contextlib.suppress(OSError):  # not empty: files ctl does not read stay
+            Path(texts.vars_dir).rmdir()
+    return removal
+
+
 def _refuse_vaulted_cordon(host: Host) -> None:
     """ctl splices plain text only: a cordon read from a vaulted file is the operator's."""
     origin = host.origin(KEY)
@@ -110,16 +144,9 @@ def commit(plan: Plan, inventory: Path, before: Inventory, decrypt: Decrypt | No
     if not plan.edits:
         return plan.message
 
-    def verify() -> Inventory:
-        try:
-            after = load_inventory(inventory, decrypt)
-        except InputError as error:
-            raise noted(error, " (after the edit; the original files are restored)") from None
-        problem = _mismatch(plan, before, after)
-        if problem is not None:
-            raise InputError.single(plan.edits[0].file, None, (), problem)
-        return after
-
+    verify = _reloaded(
+        inventory, decrypt, plan.edits[0].file, lambda after: _mismatch(plan, before, after)
+    )
     write_verified(plan.edits, missing=None, verify=verify)
     return plan.message
 
@@ -158,6 +185,28 @@ def write_verified(
     except BaseException:
         _restore(saved, made)
         raise
+
+
+def _reloaded(
+    inventory: Path,
+    decrypt: Decrypt | None,
+    file: str,
+    problem: Callable[[Inventory], str | None],
+) -> Callable[[], Inventory]:
+    """The check `write_verified` runs once the files are written: the inventory read again
+    from disk, refused (naming `file`) when `problem` finds one in it."""
+
+    def verify() -> Inventory:
+        try:
+            after = load_inventory(inventory, decrypt)
+        except InputError as error:
+            raise noted(error, " (after the edit; the original files are restored)") from None
+        why = problem(after)
+        if why is not None:
+            raise InputError.single(file, None, (), why)
+        return after
+
+    return verify
 
 
 def noted(error: InputError, note: str) -> InputError:

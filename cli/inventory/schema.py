@@ -227,6 +227,14 @@ class Inventory(Strict):
         return tuple(host.name for host in self.hosts)
 
 
+def changed_hosts(before: Inventory, after: Inventory, name: str) -> list[str]:
+    """The hosts, other than `name`, that `after` has otherwise than `before` (or not): an
+    edit of one host's lines (onboarding adds them, offboarding removes them) changes none."""
+    old = {h.name: h.model_dump(exclude={"origins"}) for h in before.hosts if h.name != name}
+    new = {h.name: h.model_dump(exclude={"origins"}) for h in after.hosts if h.name != name}
+    return sorted(n for n in old.keys() | new.keys() if old.get(n) != new.get(n))
+
+
 def validate_host_vars(values: Mapping[str, Any]) -> HostVars:
     """Our keys of a host's merged variables → HostVars (other keys are ignored)."""
     return HostVars.model_validate({key: values[key] for key in OUR_KEYS if key in values})

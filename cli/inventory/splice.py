@@ -78,14 +78,17 @@ def set_key(text: str, file: str, path: Sequence[str], value: str, *, key: str) 
     return new
 
 
-def remove_key(text: str, file: str, path: Sequence[str], *, key: str) -> str:
-    """The text without `key` in the mapping at `path`: its lines, or its flow item, go."""
+def remove_key(text: str, file: str, path: Sequence[str], *, key: str, whole: bool = False) -> str:
+    """The text without `key` in the mapping at `path`: its lines, or its flow item, go.
+
+    `whole`: the key's value may be a collection (a host entry with its variables), and
+    the comment lines right after it indented under the key go with it."""
     found = _find(compose(text, file), path, file)
     mapping = found.value
     pair = mapping_pair(mapping, key)
     if pair is None or not isinstance(mapping, MappingNode):
         return text
-    _refuse_unsafe(file, path, pair)
+    _refuse_unsafe(file, path, pair, whole=whole)
     index = [k for k, _ in mapping.value].index(pair[0])
     key_node, value_node = pair
     end = _end(text, value_node, _colon(text, key_node) + 1)
@@ -107,7 +110,10 @@ def remove_key(text: str, file: str, path: Sequence[str], *, key: str) -> str:
                 (*path, key),
                 "does not start its line: remove it by hand",
             )
-        new = text[:start] + text[_line_after(text, end) :]
+        after = _line_after(text, end)
+        if whole:
+            after = _comments_under(text, after, key_node.start_mark.column)
+        new = text[:start] + text[after:]
     _check(text, new, file, path, key, lambda node: _canon_remove(node, key))
     return new
 
@@ -188,14 +194,31 @@ def _is_empty(node: Node) -> bool:
     return empty
 
 
-def _refuse_unsafe(file: str, path: Sequence[str], pair: tuple[Node, Node]) -> None:
-    """A value ctl must not overwrite: vaulted, templated, anchored, aliased or a collection."""
+def _comments_under(text: str, at: int, column: int) -> int:
+    """Past the comment lines from `at` on that are indented more than `column`."""
+    while at < len(text):
+        end = _line_after(text, at)
+        line = text[at:end]
+        stripped = line.lstrip(" \t")
+        if not stripped.startswith("#") or len(line) - len(stripped) <= column:
+            break
+        at = end
+    return at
+
+
+def _refuse_unsafe(
+    file: str, path: Sequence[str], pair: tuple[Node, Node], *, whole: bool = False
+) -> None:
+    """A value ctl must not overwrite: vaulted, templated, anchored, aliased or a collection
+    (`whole`: a collection is removed whole, so only aliases and anchors are refused)."""
     key, value = pair
     problem = None
     if value.start_mark.index < key.end_mark.index:
         problem = f"is an alias (*{value.anchor}) of another value"
     elif value.anchor:
         problem = f"carries the anchor &{value.anchor}, which other values may use"
+    elif whole:
+        pass
     elif value.tag == "!vault":
         problem = "is an Ansible Vault secret, which ctl cannot read"
     elif not isinstance(value, ScalarNode):

@@ -58,6 +58,7 @@ from cli.pki.certs import (
     public_key_der,
     read_csr,
 )
+from cli.pki.paths import CA_FILE, CERT_FILE, KEY_FILE, PKI_DIR
 from cli.pki.store import CertificateAuthority
 
 FINGERPRINT = re.compile(r"SHA256:[A-Za-z0-9+/]{43}")
@@ -314,9 +315,7 @@ def certify(
     """
     state = remote.look(client, timeout)
     if state.uid != 0:
-        raise NodeError(
-            f"logged in as uid {state.uid}, not root: only root can write {remote.PKI_DIR}"
-        )
+        raise NodeError(f"logged in as uid {state.uid}, not root: only root can write {PKI_DIR}")
     ca_pem = pem(ca.cert)
     why: tuple[str, ...] = ()
     current = _current(state, ca, names, now)
@@ -377,9 +376,9 @@ def _current(
 
 def _modes_right(state: remote.NodeState) -> bool:
     wanted = {
-        remote.KEY_FILE: remote.KEY_MODE,
-        remote.CERT_FILE: remote.CERT_MODE,
-        remote.CA_FILE: remote.CERT_MODE,
+        KEY_FILE: remote.KEY_MODE,
+        CERT_FILE: remote.CERT_MODE,
+        CA_FILE: remote.CERT_MODE,
     }
     return all(state.modes.get(f) == (mode, 0) for f, mode in wanted.items())
 
@@ -390,16 +389,16 @@ def _verify_installed(state: remote.NodeState, cert: x509.Certificate, ca_pem: b
     if state.node_pem is None or _der(state.node_pem) != cert.public_bytes(
         serialization.Encoding.DER
     ):
-        problems.append(f"{remote.CERT_FILE} is not the certificate sent")
+        problems.append(f"{CERT_FILE} is not the certificate sent")
     if state.ca_pem is None or _der(state.ca_pem) != _der(ca_pem):
-        problems.append(f"{remote.CA_FILE} is not the CA's certificate")
+        problems.append(f"{CA_FILE} is not the CA's certificate")
     if state.node_pub is None or public_key_der(state.node_pub) != _spki(cert):
-        problems.append(f"{remote.KEY_FILE} is not the key of {remote.CERT_FILE}")
+        problems.append(f"{KEY_FILE} is not the key of {CERT_FILE}")
     if not _modes_right(state):
         shown = ", ".join(f"{f} {m} uid {u}" for f, (m, u) in sorted(state.modes.items()))
         problems.append(f"modes are {shown or 'unknown'}")
     if problems:
-        raise NodeError(f"read back from {remote.PKI_DIR}: {'; '.join(problems)}")
+        raise NodeError(f"read back from {PKI_DIR}: {'; '.join(problems)}")
 
 
 def _der(pem_bytes: bytes) -> bytes:

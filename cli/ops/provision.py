@@ -161,7 +161,205 @@ def explain(problem: ProxmoxError) -> ProvisionError:
     return ProvisionError(f"Proxmox refused: {text}")
 
 
-class Provisioner:
+class ProxmoxSteps:
+    """What provisioning and deprovisioning both do on Proxmox: find VMs by name, read
+    configs and status, wait for tasks and locks with bounded back-off."""
+
+    def __init__(
+        self,
+        api: Api,
+        name: str,
+        node: str,
+        reporter: Reporter,
+        *,
+        limits: Limits = Limits(),
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.api = api
+        self.name = name  # the VM's name: the node's
+        self.node = node  # where tasks run when a UPID does not say
+        self.reporter = reporter
+        self.limits = limits
+        self.clock = clock
+        self.sleep = sleep
+
+    def _entries(self) -> list[_Entry]:
+        """Every VM in the cluster, names filled in from configs where resources lacks them.
+
+        /cluster/resources takes names and the template flag from pvestatd's RRD data, so a
+        VM a few seconds old has none there yet; its config has.
+        """
+        data = self.api.call(plan.list_vms_call())
+        entries: list[_Entry] = []
+        for item in data if isinstance(data, list) else []:
+            if not isinstance(item, Mapping) or item.get("type") != "qemu":
+                continue
+            try:
+                vmid, node = int(item["vmid"]), str(item["node"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            name = item.get("name")
+            template = str(item.get("template", "0")) == "1"
+            lock = item.get("lock")
+            if not name:
+                config = self._config_or_none(node, vmid)
+                if config is None:
+                    continue
+                name = config.get("name")
+                template = str(config.get("template", "0")) == "1"
+                lock = config.get("lock")
+            entries.append(
+                _Entry(
+                    vmid, node, str(name) if name else None, template, str(lock) if lock else None
+                )
+            )
+        return entries
+
+    def _find(self, entries: list[_Entry]) -> _Entry | None:
+        """The VM with our name; None when there is none; an error when there are several.
+
+        A clone in progress has no name yet (its config is Proxmox's temporary `lock: clone`
+        file): an interrupted run's clone may be ours, so those are waited for first.
+        """
+        name = self.name
+        deadline = self.clock() + self.limits.wait
+        while True:
+            named = [entry for entry in entries if entry.name == name]
+            if len(named) > 1:
+                where = ", ".join(f"vmid {e.vmid} on {e.node}" for e in named)
+                raise ProvisionError(
+                    f"{len(named)} VMs are named {name}: {where}",
+                    hints=["remove or rename the extra ones; ctl does not guess which is the node"],
+                )
+            cloning = [e for e in entries if e.name is None and e.lock in TRANSIENT_LOCKS]
+            if named or not cloning:
+                return named[0] if named else None
+            if self.clock() >= deadline:
+                return None
+            self.reporter.step(
+                "waiting for clones in progress to get their names: vmid "
+                + ", ".join(str(e.vmid) for e in cloning)
+            )
+            self.sleep(self.limits.poll_max)
+            entries = self._entries()
+
+    def _poll(self, what: str, probe: Callable[[_Poll], T | None], limit: float) -> T:
+        """Call `probe` until it returns something, backing off, for `limit` seconds at most.
+
+        A missing answer (UnreachableError: a lost or refused connection, a timeout, or
+        pveproxy's 595–599 when it cannot reach the node) is a blip while waiting: it is
+        retried, not fatal. Giving up when the last try got no answer is `no_answer`.
+        """
+        state = _Poll()
+        start = self.clock()
+        delay = self.limits.poll_first
+        next_report = start + self.limits.report_every
+        while True:
+            try:
+                result = probe(state)
+                state.unanswered = False
+            except UnreachableError as problem:
+                state.last_problem = str(problem)
+                state.unanswered = True
+                if not state.warned:
+                    self.reporter.warn(f"{problem}; retrying while {what}")
+                    state.warned = True
+                result = None
+            if result is not None:
+                return result
+            now = self.clock()
+            if now - start >= limit:
+                detail = f" (last: {state.last_problem})" if state.last_problem else ""
+                gave_up = ProvisionError(f"gave up after {limit:.0f} s {what}{detail}")
+                gave_up.no_answer = state.unanswered
+                raise gave_up
+            if now >= next_report:
+                self.reporter.waiting(what, now - start, limit)
+                next_report += self.limits.report_every
+            self.sleep(min(delay, max(0.0, start + limit - now)))
+            delay = min(delay * 1.5, self.limits.poll_max)
+
+    def _task(
+        self, upid: str, what: str, *, node: str | None = None, limit: float | None = None
+    ) -> str:
+        """Wait for a task to stop; its exitstatus when it succeeded, else _TaskFailedError."""
+        parsed = plan.parse_upid(upid)
+        task_node = parsed.node if parsed else (node or self.node)
+        self.reporter.step(f"waiting for {what} ({upid})")
+
+        def probe(_state: _Poll) -> str | None:
+            status = self._call_dict(plan.task_status_call(task_node, upid))
+            if status.get("status") != "stopped":
+                return None
+            return str(status.get("exitstatus", ""))
+
+        exitstatus = self._poll(
+            f"waiting for {what}", probe, self.limits.wait if limit is None else limit
+        )
+        if not plan.exit_ok(exitstatus):
+            if what != "the clone":
+                raise ProvisionError(
+                    _failed(what, exitstatus), details=self._log_tail(upid, task_node)
+                )
+            raise _TaskFailedError(exitstatus)
+        if exitstatus != "OK":
+            self.reporter.warn(f"{what} ended with {exitstatus} (success)")
+        return exitstatus
+
+    def _log_tail(self, upid: str, node: str) -> list[str]:
+        parsed = plan.parse_upid(upid)
+        try:
+            lines = self.api.call(plan.task_log_call(parsed.node if parsed else node, upid))
+        except ProxmoxError as problem:
+            return [f"(the task log could not be read: {problem})"]
+        texts = (
+            [str(line.get("t", "")) for line in lines if isinstance(line, Mapping)]
+            if isinstance(lines, list)
+            else []
+        )
+        return [f"task log: {text}" for text in texts[-LOG_TAIL:]]
+
+    def _wait_unlocked(self, vm: VmRef, *, missing_ok: bool = False) -> None:
+        def probe(state: _Poll) -> bool | None:
+            if missing_ok:
+                found = self._config_or_none(vm.node, vm.vmid)
+                if found is None:
+                    return True
+                config = found
+            else:
+                config = self._call_dict(plan.config_get_call(vm.node, vm.vmid))
+            lock = config.get("lock")
+            if not lock:
+                return True
+            if str(lock) not in TRANSIENT_LOCKS:
+                raise ProvisionError(
+                    f"vmid {vm.vmid} is locked ({lock}): run this again once it is unlocked"
+                )
+            if not state.notes:
+                self.reporter.step(f"vmid {vm.vmid} is locked ({lock}): waiting for it to clear")
+                state.notes.append(str(lock))
+            return None
+
+        self._poll(f"waiting for the lock on vmid {vm.vmid} to clear", probe, self.limits.wait)
+
+    def _call_dict(self, call: plan.ApiCall) -> dict[str, Any]:
+        data = self.api.call(call)
+        return dict(data) if isinstance(data, Mapping) else {}
+
+    def _config_or_none(self, node: str, vmid: int) -> dict[str, Any] | None:
+        try:
+            return self._call_dict(plan.config_get_call(node, vmid))
+        except ApiError as error:
+            if "does not exist" in error.message:
+                return None
+            raise
+
+    def _running(self, vm: VmRef) -> bool:
+        return self._call_dict(plan.vm_status_call(vm.node, vm.vmid)).get("status") == "running"
+
+
+class Provisioner(ProxmoxSteps):
     def __init__(
         self,
         api: Api,
@@ -173,14 +371,12 @@ class Provisioner:
         sleep: Callable[[float], None] = time.sleep,
         run_id: str | None = None,
     ) -> None:
-        self.api = api
+        super().__init__(
+            api, options.name, options.node, reporter, limits=limits, clock=clock, sleep=sleep
+        )
         self.run_id = run_id or secrets.token_hex(6)
         self.marker = plan.run_marker(self.run_id)
         self.options = options
-        self.reporter = reporter
-        self.limits = limits
-        self.clock = clock
-        self.sleep = sleep
         self._made: _Made | None = None
 
     # --- the whole run ---------------------------------------------------------------------
@@ -234,66 +430,6 @@ class Provisioner:
         return Outcome(options.name, vm.vmid, vm.node, address, created)
 
     # --- finding ---------------------------------------------------------------------------
-
-    def _entries(self) -> list[_Entry]:
-        """Every VM in the cluster, names filled in from configs where resources lacks them.
-
-        /cluster/resources takes names and the template flag from pvestatd's RRD data, so a
-        VM a few seconds old has none there yet; its config has.
-        """
-        data = self.api.call(plan.list_vms_call())
-        entries: list[_Entry] = []
-        for item in data if isinstance(data, list) else []:
-            if not isinstance(item, Mapping) or item.get("type") != "qemu":
-                continue
-            try:
-                vmid, node = int(item["vmid"]), str(item["node"])
-            except (KeyError, TypeError, ValueError):
-                continue
-            name = item.get("name")
-            template = str(item.get("template", "0")) == "1"
-            lock = item.get("lock")
-            if not name:
-                config = self._config_or_none(node, vmid)
-                if config is None:
-                    continue
-                name = config.get("name")
-                template = str(config.get("template", "0")) == "1"
-                lock = config.get("lock")
-            entries.append(
-                _Entry(
-                    vmid, node, str(name) if name else None, template, str(lock) if lock else None
-                )
-            )
-        return entries
-
-    def _find(self, entries: list[_Entry]) -> _Entry | None:
-        """The VM with our name; None when there is none; an error when there are several.
-
-        A clone in progress has no name yet (its config is Proxmox's temporary `lock: clone`
-        file): an interrupted run's clone may be ours, so those are waited for first.
-        """
-        name = self.options.name
-        deadline = self.clock() + self.limits.wait
-        while True:
-            named = [entry for entry in entries if entry.name == name]
-            if len(named) > 1:
-                where = ", ".join(f"vmid {e.vmid} on {e.node}" for e in named)
-                raise ProvisionError(
-                    f"{len(named)} VMs are named {name}: {where}",
-                    hints=["remove or rename the extra ones; ctl does not guess which is the node"],
-                )
-            cloning = [e for e in entries if e.name is None and e.lock in TRANSIENT_LOCKS]
-            if named or not cloning:
-                return named[0] if named else None
-            if self.clock() >= deadline:
-                return None
-            self.reporter.step(
-                "waiting for clones in progress to get their names: vmid "
-                + ", ".join(str(e.vmid) for e in cloning)
-            )
-            self.sleep(self.limits.poll_max)
-            entries = self._entries()
 
     def _template(self, entries: list[_Entry]) -> VmRef:
         wanted = self.options.template
@@ -418,105 +554,6 @@ class Provisioner:
 
     # --- waiting ---------------------------------------------------------------------------
 
-    def _poll(self, what: str, probe: Callable[[_Poll], T | None], limit: float) -> T:
-        """Call `probe` until it returns something, backing off, for `limit` seconds at most.
-
-        A missing answer (UnreachableError: a lost or refused connection, a timeout, or
-        pveproxy's 595–599 when it cannot reach the node) is a blip while waiting: it is
-        retried, not fatal. Giving up when the last try got no answer is `no_answer`.
-        """
-        state = _Poll()
-        start = self.clock()
-        delay = self.limits.poll_first
-        next_report = start + self.limits.report_every
-        while True:
-            try:
-                result = probe(state)
-                state.unanswered = False
-            except UnreachableError as problem:
-                state.last_problem = str(problem)
-                state.unanswered = True
-                if not state.warned:
-                    self.reporter.warn(f"{problem}; retrying while {what}")
-                    state.warned = True
-                result = None
-            if result is not None:
-                return result
-            now = self.clock()
-            if now - start >= limit:
-                detail = f" (last: {state.last_problem})" if state.last_problem else ""
-                gave_up = ProvisionError(f"gave up after {limit:.0f} s {what}{detail}")
-                gave_up.no_answer = state.unanswered
-                raise gave_up
-            if now >= next_report:
-                self.reporter.waiting(what, now - start, limit)
-                next_report += self.limits.report_every
-            self.sleep(min(delay, max(0.0, start + limit - now)))
-            delay = min(delay * 1.5, self.limits.poll_max)
-
-    def _task(
-        self, upid: str, what: str, *, node: str | None = None, limit: float | None = None
-    ) -> str:
-        """Wait for a task to stop; its exitstatus when it succeeded, else _TaskFailedError."""
-        parsed = plan.parse_upid(upid)
-        task_node = parsed.node if parsed else (node or self.options.node)
-        self.reporter.step(f"waiting for {what} ({upid})")
-
-        def probe(_state: _Poll) -> str | None:
-            status = self._call_dict(plan.task_status_call(task_node, upid))
-            if status.get("status") != "stopped":
-                return None
-            return str(status.get("exitstatus", ""))
-
-        exitstatus = self._poll(
-            f"waiting for {what}", probe, self.limits.wait if limit is None else limit
-        )
-        if not plan.exit_ok(exitstatus):
-            if what != "the clone":
-                raise ProvisionError(
-                    _failed(what, exitstatus), details=self._log_tail(upid, task_node)
-                )
-            raise _TaskFailedError(exitstatus)
-        if exitstatus != "OK":
-            self.reporter.warn(f"{what} ended with {exitstatus} (success)")
-        return exitstatus
-
-    def _log_tail(self, upid: str, node: str) -> list[str]:
-        parsed = plan.parse_upid(upid)
-        try:
-            lines = self.api.call(plan.task_log_call(parsed.node if parsed else node, upid))
-        except ProxmoxError as problem:
-            return [f"(the task log could not be read: {problem})"]
-        texts = (
-            [str(line.get("t", "")) for line in lines if isinstance(line, Mapping)]
-            if isinstance(lines, list)
-            else []
-        )
-        return [f"task log: {text}" for text in texts[-LOG_TAIL:]]
-
-    def _wait_unlocked(self, vm: VmRef, *, missing_ok: bool = False) -> None:
-        def probe(state: _Poll) -> bool | None:
-            if missing_ok:
-                found = self._config_or_none(vm.node, vm.vmid)
-                if found is None:
-                    return True
-                config = found
-            else:
-                config = self._call_dict(plan.config_get_call(vm.node, vm.vmid))
-            lock = config.get("lock")
-            if not lock:
-                return True
-            if str(lock) not in TRANSIENT_LOCKS:
-                raise ProvisionError(
-                    f"vmid {vm.vmid} is locked ({lock}): run this again once it is unlocked"
-                )
-            if not state.notes:
-                self.reporter.step(f"vmid {vm.vmid} is locked ({lock}): waiting for it to clear")
-                state.notes.append(str(lock))
-            return None
-
-        self._poll(f"waiting for the lock on vmid {vm.vmid} to clear", probe, self.limits.wait)
-
     def _address(self, vm: VmRef) -> str:
         self.reporter.step(
             f"waiting for the guest agent of vmid {vm.vmid} to report an address "
@@ -620,21 +657,6 @@ class Provisioner:
         error.cleanup += plan.removal_commands(made.node, made.vmid)
 
     # --- small helpers ---------------------------------------------------------------------
-
-    def _call_dict(self, call: plan.ApiCall) -> dict[str, Any]:
-        data = self.api.call(call)
-        return dict(data) if isinstance(data, Mapping) else {}
-
-    def _config_or_none(self, node: str, vmid: int) -> dict[str, Any] | None:
-        try:
-            return self._call_dict(plan.config_get_call(node, vmid))
-        except ApiError as error:
-            if "does not exist" in error.message:
-                return None
-            raise
-
-    def _running(self, vm: VmRef) -> bool:
-        return self._call_dict(plan.vm_status_call(vm.node, vm.vmid)).get("status") == "running"
 
 
 def _failed(what: str, exitstatus: str) -> str:

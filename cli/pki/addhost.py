@@ -32,7 +32,7 @@ from cli.errors import InputError
 from cli.inventory.cordon import FileEdit, InventoryTexts
 from cli.inventory.edit import read_texts, write_verified
 from cli.inventory.load import SourceText, inventory_from_texts, load_inventory, source_form
-from cli.inventory.schema import DEFAULT_SSH_PORT, Host, Inventory
+from cli.inventory.schema import DEFAULT_SSH_PORT, Host, Inventory, changed_hosts
 from cli.inventory.splice import (
     CTL_HEADER,
     compose,
@@ -213,7 +213,7 @@ def _check_host(host: Host, new: NewHost, file: str) -> None:
 
 
 def _check_others(before: Inventory, after: Inventory, name: str, file: str) -> None:
-    changed = _changed_hosts(before, after, name)
+    changed = changed_hosts(before, after, name)
     if changed:
         raise InputError.single(
             file,
@@ -327,12 +327,5 @@ def _mismatch(plan: HostPlan, before: Inventory | None, after: Inventory) -> str
 
 
 def _same_hosts(before: Inventory, after: Inventory, name: str) -> str | None:
-    changed = _changed_hosts(before, after, name)
+    changed = changed_hosts(before, after, name)
     return f"the edit changed {', '.join(changed)}" if changed else None
-
-
-def _changed_hosts(before: Inventory, after: Inventory, name: str) -> list[str]:
-    """The hosts, other than `name`, that `after` has otherwise than `before` (or not)."""
-    old = {h.name: h.model_dump(exclude={"origins"}) for h in before.hosts}
-    new = {h.name: h.model_dump(exclude={"origins"}) for h in after.hosts if h.name != name}
-    return sorted(n for n in old.keys() | new.keys() if old.get(n) != new.get(n))

@@ -28,14 +28,27 @@ from dataclasses import dataclass
 import paramiko
 
 from cli.edges.ssh import NodeError, run
+from cli.pki.paths import CA_FILE, CERT_FILE, KEY_FILE, PKI_DIR
 
-PKI_DIR = "/etc/modelfleet/pki"
+# The file names are re-exported: offboarding names them through this module.
+__all__ = [
+    "CA_FILE",
+    "CERT_FILE",
+    "CERT_MODE",
+    "KEY_FILE",
+    "KEY_MODE",
+    "NO_OPENSSL",
+    "PKI_DIR",
+    "NodeState",
+    "install",
+    "look",
+    "make_csr",
+    "parse_look",
+]
+
 # The directory as each script finds it: MODELFLEET_PKI_DIR in the session's environment
 # moves it (the tests' own sshd sets it; the facts probe reads the same variable).
 _DIR = '"${MODELFLEET_PKI_DIR:-' + PKI_DIR + '}"'
-KEY_FILE = "node.key"
-CERT_FILE = "node.pem"
-CA_FILE = "ca.pem"
 KEY_MODE = "600"
 CERT_MODE = "644"
 _HEREDOC = "MODELFLEET_PEM_END"

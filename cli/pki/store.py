@@ -8,13 +8,18 @@ command that fixes it, never repaired silently. An existing CA is never overwrit
 
 The key is not encrypted: ctl signs unattended. Keep the directory on the one machine
 that onboards nodes, with an encrypted disk and a backup kept offline.
+
+Beside them (0644, each written atomically): `issued.json`, a record of every node
+certificate the CA signed; `revoked.json`, the serials `ctl offboard-node` revoked; and
+`crl.pem`, the CRL of those serials signed by the CA (cli/pki/revocation.py).
+`revoked_serials` and `crl_path` are what a consumer of revocations (the routers) reads.
 """
 
 from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -31,7 +36,16 @@ from cli.pki.certs import (
     NodeNames,
     build_ca_certificate,
     ca_problems,
+    serial_hex,
     sign_node_certificate,
+)
+from cli.pki.revocation import (
+    CertRecord,
+    RevocationFileError,
+    build_crl,
+    crl_number,
+    parse_records,
+    render_records,
 )
 
 CA_DIR_ENV = "MODELFLEET_CA_DIR"
@@ -40,6 +54,10 @@ CERT_FILE = "ca.pem"
 DIR_MODE = 0o700
 KEY_MODE = 0o600
 CERT_MODE = 0o644
+ISSUED_FILE = "issued.json"
+REVOKED_FILE = "revoked.json"
+CRL_FILE = "crl.pem"
+LIST_MODE = 0o644  # serials and node names: no secret
 
 
 def default_ca_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -75,8 +93,34 @@ class CertificateAuthority:
     def issue(
         self, csr: x509.CertificateSigningRequest, names: NodeNames, now: datetime
     ) -> x509.Certificate:
-        """A node certificate for the CSR's key and exactly `names`, with a random serial."""
-        return sign_node_certificate(self.key, self.cert, csr, names, now, random_serial())
+        """A node certificate for the CSR's key and exactly `names`, with a random serial,
+        recorded in issued.json before it is returned (so it can be revoked later)."""
+        cert = sign_node_certificate(self.key, self.cert, csr, names, now, random_serial())
+        record = CertRecord(serial_hex(cert), names.dns[0], cert.not_valid_after_utc)
+        issued = self.directory / ISSUED_FILE
+        records = (*_records(issued, "issued"), record)
+        atomic_write(issued, render_records(records, "issued"), LIST_MODE)
+        return cert
+
+    def revoke(self, records: Sequence[CertRecord], now: datetime) -> tuple[CertRecord, ...]:
+        """Add `records` to revoked.json and sign a new crl.pem listing every revoked serial;
+        returns those not revoked before. The CRL is signed again whenever it does not list
+        exactly the revoked serials (a run interrupted between the two files)."""
+        known = _records(self.directory / REVOKED_FILE, "revoked")
+        have = {r.serial for r in known}
+        new = tuple(r for r in dict.fromkeys(records) if r.serial not in have)
+        revoked = (*known, *new)
+        if new:
+            atomic_write(
+                self.directory / REVOKED_FILE, render_records(revoked, "revoked"), LIST_MODE
+            )
+        current = read_crl(self.directory)
+        listed = None if current is None else {f"{r.serial_number:x}" for r in current}
+        if new or listed != {r.serial for r in revoked}:
+            crl = build_crl(self.key, self.cert, revoked, now, crl_number(current))
+            atomic_write(crl_path(self.directory), crl.public_bytes(serialization.Encoding.PEM),
+                         LIST_MODE)  # fmt: skip
+        return new
 
 
 def init_ca(directory: Path, name: str, now: datetime) -> CertificateAuthority:
@@ -157,6 +201,48 @@ def load_ca(directory: Path, now: datetime) -> CertificateAuthority:
     if problems:
         raise _error(cert_path, "; ".join(problems))
     return CertificateAuthority(directory, key, cert)
+
+
+def crl_path(directory: Path) -> Path:
+    """Where the CA's CRL is (it may not exist yet: nothing revoked)."""
+    return directory / CRL_FILE
+
+
+def revoked_serials(directory: Path) -> frozenset[str]:
+    """The serials the CA has revoked, as `serial_hex` writes them; empty when none.
+    Reads only revoked.json: no key, no checks of the CA's modes (a reader needs none)."""
+    return frozenset(r.serial for r in _records(directory / REVOKED_FILE, "revoked"))
+
+
+def revoked_records(directory: Path) -> tuple[CertRecord, ...]:
+    return _records(directory / REVOKED_FILE, "revoked")
+
+
+def issued_records(directory: Path) -> tuple[CertRecord, ...]:
+    return _records(directory / ISSUED_FILE, "issued")
+
+
+def read_crl(directory: Path) -> x509.CertificateRevocationList | None:
+    path = crl_path(directory)
+    try:
+        return x509.load_pem_x509_crl(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except ValueError as error:
+        raise _error(path, f"is not a PEM CRL: {error}") from None
+
+
+def _records(path: Path, what: str) -> tuple[CertRecord, ...]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ()
+    except (OSError, UnicodeDecodeError) as error:
+        raise _error(path, f"cannot read: {error}") from None
+    try:
+        return parse_records(text, what)
+    except RevocationFileError as error:
+        raise _error(path, str(error)) from None
 
 
 def _read_private(path: Path) -> bytes:

@@ -52,6 +52,7 @@ from cli.placement.place import (
 from cli.placement.state import PlacementState, ShardPlacement
 from cli.reconcile.backoff import Backoff, after_failure, failure_key
 from cli.shards.engines import RENDEZVOUS_OFFSET, Rank
+from cli.shards.specs import ENGINE_SPECS
 from cli.shards.staging import StageJob, staged_path, stages
 from cli.shards.units import ShardFiles, shard_files
 
@@ -166,6 +167,10 @@ class Plan:
         return not (self.stops or self.starts or self.drains)
 
 
+# The reason of a drain --force stops with no replacement: a replica the model is short of.
+FORCED = "node drained (--force: no replacement could be placed)"
+
+
 def retired_unreplaced(plan: Plan) -> tuple[tuple[str, ...], int]:
     """The healthy replicas `plan` retires with nothing to take their place, and how many
     healthy replicas there are: the figures of "this pass stops 5 of 8 running replicas"."""
@@ -248,6 +253,8 @@ def plan(
     snapshot = cordoned(checked(snapshot, catalog), dict.fromkeys(evict, DRAINING))
     now = snapshot.now
     nodes = {node.name: node for node in snapshot.nodes}
+    certificates = serving_certificates(snapshot)
+    restarting: set[str] = set()  # models with a replica restarted on a renewed certificate
     new_ledger = dict(ledger)
     stops: list[Stop] = []
     drains: list[Stop] = []
@@ -279,6 +286,15 @@ def plan(
                 Stop(replica.replica, replica.model, reachable, "node drained", drain=True)
             )
             notes[replica.model].append(f"moves {replica.replica} off a drained node")
+        elif replica.model not in restarting and _outdated_certificate(replica, certificates):
+            # An engine that read its certificate once serves the old one until restarted:
+            # replaced as a drain does, the new copy serving first; one a model per pass.
+            restarting.add(replica.model)
+            why = "serves the node's certificate from before its renewal"
+            moving[replica.model].append(
+                Stop(replica.replica, replica.model, reachable, why, drain=True)
+            )
+            notes[replica.model].append(f"restarts {replica.replica} on a renewed certificate")
         else:
             counted[replica.model].append(replica)
     # Broken replicas free what they held for this plan's placements; drained ones do not
@@ -321,7 +337,8 @@ def plan(
                 reason += "; " + "; ".join(notes[name])
             starts.append(
                 _start(placement, placement.profile, addresses, ports, now, reason,
-                       listen=listen, networks=networks, stores=stores)
+                       listen=listen, networks=networks, stores=stores,
+                       certificates=certificates)
             )  # fmt: skip
     moved, kept = _evictions(catalog, moving, counted, starts, evict, force)
     drains += moved
@@ -335,7 +352,7 @@ def plan(
             starts.append(
                 _start(copy, profile, addresses, ports, now, why,
                        origin=start_origin(snapshot, drain.replica), listen=listen,
-                       networks=networks, stores=stores)
+                       networks=networks, stores=stores, certificates=certificates)
             )  # fmt: skip
             drains.append(drain)
     leaves += kept
@@ -435,9 +452,14 @@ def _evictions(
                 drains.append(stop)  # the model keeps replicas.min without it
             elif index < needed - lost:
                 drains.append(replace(stop, replacement=placed[index]))
+            elif not {s.node for s in stop.shards} & evict:
+                why = (
+                    f"{stop.reason}: no replacement could be placed, so it serves on with the"
+                    " old certificate while that is valid"
+                )
+                kept.append(Leave(stop.replica, name, why, undrained=True))
             elif force:
-                why = "node drained (--force: no replacement could be placed)"
-                drains.append(replace(stop, reason=why))
+                drains.append(replace(stop, reason=FORCED))
             else:
                 where = ", ".join(sorted({s.node for s in stop.shards} & evict, key=name_order))
                 why = (
@@ -535,6 +557,7 @@ def plan_manual(
             listen or {},
             networks,
             stores,
+            serving_certificates(snapshot),
         )
         for p in run.placements
         if p.profile is not None
@@ -554,6 +577,7 @@ def _start(
     listen: Mapping[str, str] | None = None,
     networks: Mapping[str, tuple[str | None, str | None]] | None = None,
     stores: Mapping[str, str | None] | None = None,
+    certificates: Mapping[str, str] | None = None,
 ) -> Start:
     shards: tuple[ShardPlacement, ...] = placement.shards
     port = ports.take([s.node for s in shards])
@@ -583,6 +607,7 @@ def _start(
             now,
             origin,
             staged=staged_path(profile.source, profile.spec.engine, *_store(stores, s.node)),
+            certificate=(certificates or {}).get(s.node),
         )
         for s in shards
     )
@@ -600,6 +625,29 @@ def _start(
         if _store(stores, s.node)[1] and stages(profile.source, profile.spec.engine)
     )
     return Start(placement.replica, placement.model, profile, placement, files, reason, stage)
+
+
+def _outdated_certificate(replica: Replica, certificates: Mapping[str, str]) -> bool:
+    """Its rank 0 serves TLS with a certificate its node has since renewed, and its engine
+    cannot reload one (vLLM and SGLang can: cli/shards/specs.py)."""
+    leader = next((s for s in replica.shards if s.record.rank == 0), None)
+    if leader is None or leader.record.certificate is None:
+        return False
+    spec = ENGINE_SPECS.get(leader.record.engine)
+    if spec is None or spec.reloads_certificate:
+        return False
+    current = certificates.get(leader.node)
+    return current is not None and current != leader.record.certificate
+
+
+def serving_certificates(snapshot: Snapshot) -> dict[str, str]:
+    """Node → the serial of the certificate its new shards serve TLS with: every node with
+    a usable one (cli/facts/model.py NodeCertificate.usable); the others serve plain HTTP."""
+    return {
+        node.name: node.certificate.serial
+        for node in snapshot.nodes
+        if node.certificate is not None and node.certificate.usable(snapshot.now)
+    }
 
 
 def _store(stores: Mapping[str, str | None] | None, node: str) -> tuple[str | None, bool]:

@@ -30,6 +30,7 @@ from typing import Any, Final
 import yaml
 
 from cli.catalog.schema import NAME_PATTERN
+from cli.pki.paths import CA_PATH
 from cli.routes.table import ReplicaRoute, RouteTable
 from cli.shards.specs import ENGINE_SPECS
 
@@ -120,10 +121,18 @@ def litellm_config(table: RouteTable, settings: RouterSettings | None = None) ->
         router["model_group_alias"] = aliases
     if fallbacks:
         router["fallbacks"] = fallbacks
+    litellm_settings: dict[str, Any] = {"request_timeout": settings.request_timeout}
+    if any(route.tls for route in table.deployments):
+        # Engines serving TLS are checked against the fleet's CA, as the router's own node
+        # has it from onboarding. Set for the whole router: LiteLLM 1.108.7's openai and
+        # hosted_vllm clients read only the global litellm.ssl_verify (llms/openai/
+        # common_utils.py, get_ssl_configuration() with no argument), never a deployment's
+        # own `ssl_verify` (tested on the test fleet: a deployment's was ignored).
+        litellm_settings["ssl_verify"] = CA_PATH
     return {
         "model_list": [deployment(r) for r in table.deployments],
         "router_settings": router,
-        "litellm_settings": {"request_timeout": settings.request_timeout},
+        "litellm_settings": litellm_settings,
         "general_settings": {
             "master_key": f"os.environ/{MASTER_KEY_ENV}",
             "background_health_checks": settings.background_health_checks,

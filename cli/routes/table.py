@@ -25,6 +25,7 @@ from cli.catalog.load import Catalog, CatalogProfile
 from cli.cluster.snapshot import NodeView, Reachability, Snapshot, checked
 from cli.reconcile.planner import Replica, Start, replicas_of
 from cli.shards.specs import engine_spec
+from cli.shards.units import base_url
 
 ROUTES_FORMAT = "modelfleet.routes/v1"
 
@@ -44,10 +45,14 @@ class ReplicaRoute:
     profile: str
     engine: str
     node: str | None  # rank 0's node; None when rank 0 is missing
-    url: str | None  # http://ADDRESS:PORT/v1 of rank 0; None when it has no port
+    url: str | None  # http(s)://ADDRESS:PORT/v1 of rank 0; None when it has no port
     state: State
     reason: str  # for people, after the replica's name: "starting", "failed: rank 1 on n-2"
     embedding: bool = False  # serves embeddings rather than chat (the engine spec's verdict)
+
+    @property
+    def tls(self) -> bool:
+        return self.url is not None and self.url.startswith("https://")
 
     @property
     def ready(self) -> bool:
@@ -113,9 +118,8 @@ class RouteTable:
         return tuple(r for route in self.models for r in route.endpoints)
 
 
-def endpoint_url(address: str, port: int) -> str:
-    host = f"[{address}]" if ":" in address else address
-    return f"http://{host}:{port}/v1"
+def endpoint_url(address: str, port: int, tls: bool = False) -> str:
+    return base_url(address, port, tls) + "/v1"
 
 
 def fallback_chain(catalog: Catalog, name: str) -> tuple[str, ...]:
@@ -211,7 +215,9 @@ def _replica_route(
     engine = (leader or replica.shards[0]).record.engine
     url = None
     if leader is not None and leader.record.port is not None:
-        url = endpoint_url(addresses.get(leader.node, leader.node), leader.record.port)
+        address = addresses.get(leader.node, leader.node)
+        tls = leader.record.certificate is not None
+        url = endpoint_url(address, leader.record.port, tls)
     state, reason = _state(replica, nodes, withdrawn)
     if state is State.READY and url is None:
         state, reason = State.FAILED, "failed: rank 0 records no port"

@@ -9,6 +9,7 @@ systemd unit quotes each element (cli/shards/units.py).
 from __future__ import annotations
 
 from cli.catalog.load import CatalogProfile
+from cli.pki.paths import NODE_CERT_PATH, NODE_KEY_PATH
 from cli.shards.specs import ENGINE_SPECS, RENDEZVOUS_OFFSET, Rank, engine_spec, model_argument
 
 __all__ = ["DEFAULT_COMMANDS", "RENDEZVOUS_OFFSET", "Rank", "command_line", "environment",
@@ -24,13 +25,17 @@ def command_line(
     place: Rank,
     command: tuple[str, ...] | None = None,
     staged: str | None = None,
+    tls: bool = False,
 ) -> list[str]:
     """The engine's argv; `staged`: the local copy of the weights it loads instead of
-    fetching the source (cli/shards/staging.py)."""
+    fetching the source (cli/shards/staging.py); `tls`: it serves TLS with the node's key
+    and certificate (a rank 0 only: the other ranks serve no API)."""
     spec = engine_spec(profile.spec.engine)
     argv = list(command or spec.command)
     source = profile.source if staged is None else f"file://{staged}"
     argv += spec.build(profile.spec, profile.model, source, place)
+    if tls and place.rank == 0:
+        argv += spec.tls_args(NODE_KEY_PATH, NODE_CERT_PATH)
     return [*argv, *profile.spec.args]
 
 

@@ -8,6 +8,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
+from cli.pki.paths import CA_PATH
 from cli.reconcile.apply import ShardFailure
 from cli.reconcile.planner import Stop
 from cli.shards.ansible import PlaybookRun, run_playbook
@@ -50,7 +51,13 @@ class AnsibleExecutor:
         by_host: dict[str, list[dict[str, Any]]] = {}
         for files, start in [*((f, True) for f in shards), *((f, False) for f in verify)]:
             # What the checks see apart from the files, whose environment may hold secrets.
-            check = {"unit": files.unit, "health_url": files.health_url, "model": files.model}
+            check: dict[str, Any] = {
+                "unit": files.unit,
+                "health_url": files.health_url,
+                "model": files.model,
+            }
+            if files.tls:
+                check |= {"ca": CA_PATH, "certificate": files.certificate}
             shard: dict[str, Any] = {"unit": files.unit, "start": start, "check": check}
             if start:
                 shard["files"] = [

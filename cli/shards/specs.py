@@ -115,6 +115,20 @@ class EngineSpec:
     environment: Callable[[ProfileSpec, Rank], dict[str, str]] | None = None
     # Other spellings of `embedding_args` that mean the same to the engine's parser.
     embedding_aliases: tuple[tuple[str, ...], ...] = ()
+    # How it serves TLS: its options for the key and certificate files, and those that make
+    # it reload them when they change (a renewal); none: it must be restarted to serve a
+    # renewed certificate.
+    tls_key_option: str = ""
+    tls_cert_option: str = ""
+    tls_reload_args: tuple[str, ...] = ()
+    tls: str = ""  # for the docs
+
+    def tls_args(self, key: str, cert: str) -> list[str]:
+        return [self.tls_key_option, key, self.tls_cert_option, cert, *self.tls_reload_args]
+
+    @property
+    def reloads_certificate(self) -> bool:
+        return bool(self.tls_reload_args)
 
     def serves_embeddings(self, profile: ProfileSpec) -> bool:
         """`embedding: true`, or the profile's own args already hold the embedding args."""
@@ -223,6 +237,14 @@ VLLM = EngineSpec(
         "adapt a generative model",
     },
     environment=_vllm_environment,
+    # vllm/entrypoints/common/cli_args.py (0.34): uvicorn serves TLS from these; the
+    # refresher (vllm/entrypoints/launchers/utils/ssl.py) watches both files with
+    # watchfiles and loads the pair again into the live SSL context when they change.
+    tls_key_option="--ssl-keyfile",
+    tls_cert_option="--ssl-certfile",
+    tls_reload_args=("--enable-ssl-refresh",),
+    tls="`--ssl-keyfile --ssl-certfile --enable-ssl-refresh`: reloads a renewed certificate; "
+    "client certificates (mTLS) possible with `--ssl-ca-certs CA --ssl-cert-reqs 2`",
 )
 
 # --------------------------------------------------------------------------- SGLang
@@ -278,6 +300,16 @@ SGLANG = EngineSpec(
     "[--is-embedding]`",
     multi_node_start="`--nnodes N --node-rank R --dist-init-addr RANK0:P+10000`",
     replacements={"--tp": "use --tp-size (or --tensor-parallel-size)"},
+    # sglang/srt/arg_groups/serving_hook.py handle_ssl_validation (0.5.23): both files or
+    # neither; --enable-ssl-refresh reloads them (sglang/srt/entrypoints/ssl_utils.py).
+    # Not --ssl-ca-certs: with it, the server's warm-up request verifies its own
+    # certificate for 127.0.0.1 when it listens on 0.0.0.0 (ServerArgs.url), which a node
+    # certificate does not name, and the server never becomes ready.
+    tls_key_option="--ssl-keyfile",
+    tls_cert_option="--ssl-certfile",
+    tls_reload_args=("--enable-ssl-refresh",),
+    tls="`--ssl-keyfile --ssl-certfile --enable-ssl-refresh`: reloads a renewed certificate; "
+    "no client certificates (its HTTP server says mTLS is not supported)",
 )
 
 # --------------------------------------------------------------------------- llama.cpp
@@ -330,6 +362,12 @@ LLAMA_CPP = EngineSpec(
     start="`llama-server -m PATH` (or `-hf ORG/NAME`, `--model-url URL`) `--host H --port P "
     "--alias NAME [--threads T] [--ctx-size N] [--embeddings]`",
     multi_node_start="—",
+    # common/arg.cpp (the llama.cpp in llama-cpp-python 0.3.36, built with OpenSSL):
+    # cpp-httplib's SSLServer reads them once, at start.
+    tls_key_option="--ssl-key-file",
+    tls_cert_option="--ssl-cert-file",
+    tls="`--ssl-key-file --ssl-cert-file`: read once, so ctl restarts it, one replica at a "
+    "time, after a renewal; no client certificates",
 )
 
 ENGINE_SPECS: dict[str, EngineSpec] = {spec.name: spec for spec in (VLLM, SGLANG, LLAMA_CPP)}
@@ -338,6 +376,13 @@ ENGINE_NAMES: tuple[str, ...] = tuple(ENGINE_SPECS)
 
 def engine_spec(name: str) -> EngineSpec:
     return ENGINE_SPECS[name]
+
+
+def tls_table() -> str:
+    """docs/routing.md's table (cog): how each engine serves TLS with the node's certificate."""
+    lines = ["| engine | TLS |", "|---|---|"]
+    lines += [f"| {spec.label} | {spec.tls} |" for spec in ENGINE_SPECS.values()]
+    return "\n".join(lines) + "\n"
 
 
 def engine_table() -> str:

@@ -50,6 +50,12 @@ def systemd_quote(argument: str) -> str:
     return f'"{escaped}"'
 
 
+def base_url(address: str, port: int, tls: bool) -> str:
+    """Where a rank 0 serves: `https://` when it serves TLS, an IPv6 address bracketed."""
+    host = f"[{address}]" if ":" in address else address
+    return f"{'https' if tls else 'http'}://{host}:{port}"
+
+
 def environment_file(env: dict[str, str]) -> str:
     """systemd EnvironmentFile lines, values double-quoted."""
     lines = []
@@ -76,6 +82,8 @@ class ShardFiles:
     record_path: str
     record_text: str
     health_url: str | None  # rank 0 only: where it says it is ready
+    tls: bool = False  # it serves TLS: checked against the CA certificate on its node
+    certificate: str | None = None  # the serial of the certificate it serves with
 
 
 def shard_files(
@@ -88,14 +96,18 @@ def shard_files(
     origin: str = "reconcile",
     command: tuple[str, ...] | None = None,
     staged: str | None = None,
+    certificate: str | None = None,
 ) -> ShardFiles:
+    """`certificate`: the serial of the node's certificate where its shards serve TLS
+    (a rank 0 only serves: it alone gets the files and says the serial in its record)."""
     if place.host_ip is None:
         # The rank's own address for the engine (VLLM_HOST_IP): where it serves.
         specific = place.listen not in ("0.0.0.0", "::")
         place = replace(place, host_ip=place.listen if specific else address)
     name = shard_name(replica, place.rank)
     unit = unit_name(replica, place.rank)
-    argv = command_line(profile, place, command, staged)
+    tls = certificate is not None and place.rank == 0
+    argv = command_line(profile, place, command, staged, tls)
     spec = profile.spec
     env_path = f"{ENV_DIR}/{name}.env"
     unit_text = "\n".join(
@@ -138,6 +150,8 @@ def shard_files(
         "origin": origin,
         "source": profile.source,
     }
+    if tls:
+        record["certificate"] = certificate
     return ShardFiles(
         node=node,
         replica=replica,
@@ -151,5 +165,7 @@ def shard_files(
         env_text=environment_file(environment(profile, place, staged)),
         record_path=f"{RECORD_DIR}/{name}.json",
         record_text=json.dumps(record, sort_keys=True) + "\n",
-        health_url=f"http://{address}:{place.port}" if place.rank == 0 else None,
+        health_url=base_url(address, place.port, tls) if place.rank == 0 else None,
+        tls=tls,
+        certificate=certificate if tls else None,
     )

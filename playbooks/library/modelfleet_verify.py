@@ -11,11 +11,12 @@ module changes nothing on the host and never fails itself: the play reports each
 
 from __future__ import annotations
 
+import http.client
 import json
+import ssl
 import subprocess
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule  # type: ignore[import-untyped]
@@ -29,7 +30,9 @@ description:
   - A shard that fails gets a cause and the last lines of its unit's journal.
 options:
   shards:
-    description: The shards, each as unit, health_url (null for ranks > 0) and model.
+    description: The shards, each as unit, health_url (null for ranks > 0) and model; an
+      https health_url also has ca (the CA certificate file its certificate is checked
+      against, with the URL's address) and certificate (the serial it must present).
     type: list
     elements: dict
     required: true
@@ -97,23 +100,52 @@ def stopped_cause(state: dict[str, str], start_error: str | None) -> str:
     return f"unit {state.get('ActiveState', 'inactive')}: {how}"
 
 
-def get(url: str) -> tuple[int | None, str]:
-    """The status and body of a GET, or (None, why it could not be made)."""
+def get(url: str, ca: str | None = None) -> tuple[int | None, str, str | None]:
+    """The status and body of a GET, or (None, why it could not be made), and for https
+    the serial of the certificate the server presented (hex, as the record says it).
+
+    https is checked against `ca` and the URL's host name or address, as the router does:
+    a server without a certificate the fleet's CA signed for that address is no answer."""
+    parts = urllib.parse.urlsplit(url)
     try:
-        with urllib.request.urlopen(url, timeout=REQUEST_SECONDS) as answer:
-            return answer.status, answer.read(65536).decode("utf-8", "replace")
-    except urllib.error.HTTPError as error:
-        return error.code, ""
-    except (OSError, ValueError) as error:
-        return None, str(getattr(error, "reason", error))
+        if parts.scheme == "https":
+            context = ssl.create_default_context(cafile=ca)
+            connection: http.client.HTTPConnection = http.client.HTTPSConnection(
+                parts.hostname or "", parts.port, timeout=REQUEST_SECONDS, context=context
+            )
+        else:
+            connection = http.client.HTTPConnection(
+                parts.hostname or "", parts.port, timeout=REQUEST_SECONDS
+            )
+        try:
+            connection.request("GET", parts.path or "/")
+            serial = None
+            sock = connection.sock
+            if isinstance(sock, ssl.SSLSocket):
+                peer = sock.getpeercert() or {}
+                serial = str(peer.get("serialNumber", "")).lower().lstrip("0") or None
+            answer = connection.getresponse()
+            body = answer.read(65536).decode("utf-8", "replace")
+            return answer.status, body if answer.status == 200 else "", serial
+        finally:
+            connection.close()
+    except ssl.SSLCertVerificationError as error:
+        return None, f"TLS: {error.verify_message}", None
+    except (OSError, ValueError, http.client.HTTPException) as error:
+        return None, str(getattr(error, "reason", None) or error), None
 
 
-def serving(url: str, model: str) -> tuple[bool, str]:
-    """Whether the engine at `url` serves `model`; what it said last."""
-    status, why = get(f"{url}/health")
+def serving(
+    url: str, model: str, ca: str | None = None, serial: str | None = None
+) -> tuple[bool, str]:
+    """Whether the engine at `url` serves `model` (with the certificate `serial`, where it
+    serves TLS); what it said last."""
+    status, why, presented = get(f"{url}/health", ca)
     if status != 200:
         return False, f"/health: {status if status is not None else why}"
-    status, body = get(f"{url}/v1/models")
+    if serial is not None and presented != serial.lower().lstrip("0"):
+        return False, f"presents certificate {presented}, not the node's {serial}"
+    status, body, _ = get(f"{url}/v1/models", ca)
     if status != 200:
         return False, f"/v1/models: {status if status is not None else body}"
     try:
@@ -159,7 +191,9 @@ def verify(
             if state.get("ActiveState") not in ACTIVE:
                 failed[unit] = stopped_cause(state, errors.get(unit) or None)
             else:
-                ok, last[unit] = serving(shard["health_url"], shard["model"])
+                ok, last[unit] = serving(
+                    shard["health_url"], shard["model"], shard.get("ca"), shard.get("certificate")
+                )
                 if not ok:
                     continue
             del waiting[unit]

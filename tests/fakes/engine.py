@@ -49,6 +49,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -90,7 +91,35 @@ SILENCE_SECONDS: Final = 10.0  # a peer this quiet is gone even without a FIN
 SGLANG_WATCHDOG_SECONDS: Final = 5.0  # SGLang's sigterm_watchdog polls this often
 MAX_SLEEP_SECONDS: Final = 3600.0
 POLL_SECONDS: Final = 0.05
+HANDSHAKE_SECONDS: Final = 10.0
+# watchfiles.awatch, which vLLM's and SGLang's certificate refreshers use: a batch of file
+# changes is yielded once `step` (50 ms) passes without another, at most `debounce`
+# (1.6 s) after the first.
+WATCH_STEP_SECONDS: Final = 0.05
+WATCH_DEBOUNCE_SECONDS: Final = 1.6
 VERSION: Final = "0.0.0+modelfleet.standin"
+
+
+def certificate_serial(path: str) -> str | None:
+    """The serial of the PEM certificate at `path`, hex as ctl writes it (standard library
+    only: the stand-in runs under a node's own python3)."""
+    try:
+        decoded = ssl._ssl._test_decode_cert(path)  # type: ignore[attr-defined]
+    except (OSError, ValueError):
+        return None
+    return str(decoded.get("serialNumber", "")).lower().lstrip("0") or None
+
+
+def _stamps(paths: Sequence[str]) -> tuple[tuple[int, int, int] | None, ...]:
+    stamps: list[tuple[int, int, int] | None] = []
+    for path in paths:
+        try:
+            info = Path(path).stat()
+        except OSError:
+            stamps.append(None)
+            continue
+        stamps.append((info.st_ino, info.st_mtime_ns, info.st_size))
+    return tuple(stamps)
 
 
 def log_line(text: str) -> None:
@@ -160,6 +189,12 @@ VLLM_FLAGS: Final = (
     Flag(("--dtype",), "dtype"),
     Flag(("--trust-remote-code",), "trust_remote_code", "flag", False),
     Flag(("--enforce-eager",), "enforce_eager", "flag", False),
+    # vllm/entrypoints/common/cli_args.py (0.34) FrontendArgs, handed to uvicorn.
+    Flag(("--ssl-keyfile",), "ssl_keyfile"),
+    Flag(("--ssl-certfile",), "ssl_certfile"),
+    Flag(("--ssl-ca-certs",), "ssl_ca_certs"),
+    Flag(("--ssl-cert-reqs",), "ssl_cert_reqs", "int", 0),
+    Flag(("--enable-ssl-refresh",), "enable_ssl_refresh", "flag", False),
 )
 
 SGLANG_FLAGS: Final = (
@@ -187,6 +222,12 @@ SGLANG_FLAGS: Final = (
     Flag(("--enable-metrics",), "enable_metrics", "flag", False),
     Flag(("--disable-cuda-graph",), "disable_cuda_graph", "flag", False),
     Flag(("--is-embedding",), "is_embedding", "flag", False),
+    # sglang/srt/server_args.py (0.5.23), checked by arg_groups/serving_hook.py.
+    Flag(("--ssl-keyfile",), "ssl_keyfile"),
+    Flag(("--ssl-certfile",), "ssl_certfile"),
+    Flag(("--ssl-ca-certs",), "ssl_ca_certs"),
+    Flag(("--ssl-keyfile-password",), "ssl_keyfile_password"),
+    Flag(("--enable-ssl-refresh",), "enable_ssl_refresh", "flag", False),
 )
 
 LLAMA_FLAGS: Final = (
@@ -230,6 +271,9 @@ LLAMA_FLAGS: Final = (
     Flag(("-s", "--seed"), "seed", "int"),
     Flag(("--log-disable",), "log_disable", "flag", False),
     Flag(("-v", "--verbose", "--log-verbose"), "verbose", "flag", False),
+    # common/arg.cpp: both, or the server is plain HTTP (tools/server/server.cpp).
+    Flag(("--ssl-key-file",), "ssl_key_file", env="LLAMA_ARG_SSL_KEY_FILE"),
+    Flag(("--ssl-cert-file",), "ssl_cert_file", env="LLAMA_ARG_SSL_CERT_FILE"),
 )
 FLASH_ATTN_VALUES: Final = ("on", "off", "auto")
 
@@ -472,9 +516,70 @@ class Options:
     rendezvous_timeout: float | None = None  # from the command line, if it says
     api_keys: list[str] = field(default_factory=list)
     skip_warmup: bool = False
+    tls: Tls | None = None  # serves HTTPS
     parsed: dict[str, object] = field(default_factory=dict)
     unknown: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Tls:
+    """How the engine was asked to serve TLS (the files are read when it starts serving)."""
+
+    key: str | None
+    cert: str | None
+    ca: str | None = None
+    cert_reqs: int = 0  # ssl.CERT_NONE; vLLM's --ssl-cert-reqs 2 asks for client certificates
+    refresh: bool = False  # reload key and certificate when their files change
+
+
+def _vllm_tls(values: Mapping[str, object]) -> Tls | None:
+    # uvicorn's Config: TLS when either file is given (is_ssl); the files are read, and
+    # a missing certificate fails, only when it starts serving (Config.load).
+    key, cert = _optional_str(values, "ssl_keyfile"), _optional_str(values, "ssl_certfile")
+    if key is None and cert is None:
+        return None
+    return Tls(
+        key,
+        cert,
+        _optional_str(values, "ssl_ca_certs"),
+        _int_value(values, "ssl_cert_reqs"),
+        bool(values["enable_ssl_refresh"]),
+    )
+
+
+def _sglang_tls(values: Mapping[str, object]) -> Tls | None:
+    """sglang/srt/arg_groups/serving_hook.py handle_ssl_validation (0.5.23): a ValueError
+    before anything starts, which the launcher exits 1 with."""
+    key, cert = _optional_str(values, "ssl_keyfile"), _optional_str(values, "ssl_certfile")
+    ca = _optional_str(values, "ssl_ca_certs")
+    refresh = bool(values["enable_ssl_refresh"])
+    if key and not cert:
+        raise StartError("--ssl-keyfile requires --ssl-certfile to be specified as well.")
+    if cert and not key:
+        raise StartError("--ssl-certfile requires --ssl-keyfile to be specified as well.")
+    for path, option, what in ((key, "--ssl-keyfile", "SSL key file"),
+                               (cert, "--ssl-certfile", "SSL certificate file"),
+                               (ca, "--ssl-ca-certs", "SSL CA certificates file")):  # fmt: skip
+        if path and not Path(path).is_file():
+            raise StartError(f"{what} not found: '{path}'. Please check the {option} path.")
+    if refresh and not (key and cert):
+        raise StartError(
+            "--enable-ssl-refresh requires --ssl-certfile and --ssl-keyfile to be specified."
+        )
+    if not (key and cert):
+        return None
+    return Tls(key, cert, ca, 0, refresh)
+
+
+def _llama_tls(values: Mapping[str, object]) -> Tls | None:
+    # tools/server/server.cpp: an SSLServer only when both files are given.
+    key, cert = _optional_str(values, "ssl_key_file"), _optional_str(values, "ssl_cert_file")
+    return Tls(key, cert) if key and cert else None
+
+
+class StartError(Exception):
+    """A command line the parser took but the engine refuses as it starts: exit 1."""
 
 
 def _check_topology(options: Options) -> None:
@@ -535,6 +640,7 @@ def parse_vllm(argv: Sequence[str]) -> Options:
     )
     timeout = _optional_int(values, "distributed_timeout_seconds")
     options.rendezvous_timeout = None if timeout is None else float(timeout)
+    options.tls = _vllm_tls(values)
     if options.shutdown_timeout is not None and options.shutdown_timeout < 0:
         raise UsageError(f"error: Invalid wait timeout: {options.shutdown_timeout:g}")
     _check_topology(options)
@@ -582,6 +688,7 @@ def parse_sglang(argv: Sequence[str]) -> Options:
     timeout = _optional_int(values, "dist_timeout")
     options.rendezvous_timeout = None if timeout is None else float(timeout)
     _check_topology(options)
+    options.tls = _sglang_tls(values)
     if options.nnodes > 1:
         address = _optional_str(values, "dist_init_addr")
         if address is None:
@@ -631,6 +738,7 @@ def parse_llama(argv: Sequence[str]) -> Options:
         api_keys=[k for k in (_optional_str(values, "api_key") or "").split(",") if k],
         parsed=values,
         unknown=unknown,
+        tls=_llama_tls(values),
     )
     _check_topology(options)
     return options
@@ -831,7 +939,31 @@ class StandinHTTPServer(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], engine: Engine) -> None:
         self.engine = engine
+        self.tls_context: ssl.SSLContext | None = None  # set when it serves HTTPS
         super().__init__(address, StandinHandler, bind_and_activate=False)
+
+    def get_request(self) -> tuple[socket.socket, tuple[str, int]]:
+        conn, address = self.socket.accept()
+        if self.tls_context is not None:
+            # The handshake happens in the request's own thread, as uvicorn and
+            # cpp-httplib do: a slow or failing client never holds up the next accept.
+            conn = self.tls_context.wrap_socket(
+                conn, server_side=True, do_handshake_on_connect=False
+            )
+        return conn, address
+
+    def finish_request(self, request: socket.socket | tuple[bytes, socket.socket],
+                       client_address: tuple[str, int] | str) -> None:  # fmt: skip
+        if isinstance(request, ssl.SSLSocket):
+            try:
+                request.settimeout(HANDSHAKE_SECONDS)
+                request.do_handshake()
+                request.settimeout(None)
+            except (OSError, ValueError) as error:  # ssl.SSLError is an OSError
+                self.engine.log("tls-handshake-failed", client=str(client_address),
+                                reason=str(error))  # fmt: skip
+                return
+        super().finish_request(request, client_address)
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind would look up the host's FQDN, which may wait on DNS.
@@ -955,6 +1087,7 @@ class Engine:
         self.start_message = threading.Event()
         self.rejected = ""
         self.ready_at = 0.0
+        self.tls_serial: str | None = None  # of the certificate it serves now
         self._log_lock = threading.Lock()
 
     # ----------------------------------------------------------------- logging
@@ -1076,6 +1209,9 @@ class Engine:
         except OSError as error:
             self.log("fatal", reason=f"cannot bind {self.opts.host}:{self.opts.port}: {error}")
             return EXIT_FAILURE
+        except StartError as error:
+            self.log("fatal", reason=str(error))
+            return EXIT_FAILURE
         if self.opts.nnodes > 1:
             code = self._form_world()
             if code is not None:
@@ -1094,6 +1230,9 @@ class Engine:
         except OSError as error:
             self.log("fatal", reason=f"cannot listen on {self.opts.port}: {error}")
             return EXIT_FAILURE
+        except StartError as error:
+            self.log("fatal", reason=str(error))
+            return EXIT_FAILURE
         if p == "sglang" and not self.opts.skip_warmup:
             # SGLang serves HTTP, then sends itself a warm-up request; /health says 503
             # until that has come back.
@@ -1103,6 +1242,10 @@ class Engine:
             interrupted = self._wait(warmup)
             if interrupted:
                 return self._stop_during_startup(interrupted)
+            failure = self._sglang_warmup_tls()
+            if failure is not None:
+                self.log("fatal", reason=f"warm-up request failed: {failure}")
+                return EXIT_FAILURE
         self.phase = "ready"
         self.ready_at = time.monotonic()
         if p == "llama-server":  # tools/server/server.cpp:494-500
@@ -1204,6 +1347,7 @@ class Engine:
 
     def _listen(self) -> None:
         assert self.http is not None
+        self.http.tls_context = self._tls_context()
         self.http.server_activate()
         threading.Thread(
             target=self.http.serve_forever,
@@ -1213,6 +1357,79 @@ class Engine:
         ).start()
         self.serving = True
         self.log("listening", url=self._url())
+
+    def _sglang_warmup_tls(self) -> str | None:
+        """SGLang's warm-up request (http_server.py _execute_server_warmup) goes to
+        ServerArgs.url(), 127.0.0.1 when it listens on 0.0.0.0, and with --ssl-ca-certs
+        verifies the server's certificate against it for that host (serving_hook.py
+        ssl_verify_of): made here for real; why it failed, or None."""
+        tls = self.opts.tls
+        if tls is None or tls.ca is None:
+            return None
+        host = self.opts.host if self.opts.host not in ("", "0.0.0.0") else "127.0.0.1"
+        context = ssl.create_default_context(cafile=tls.ca)
+        try:
+            with (
+                socket.create_connection((host, self.opts.port), timeout=HANDSHAKE_SECONDS) as raw,
+                context.wrap_socket(raw, server_hostname=host),
+            ):
+                return None
+        except OSError as error:
+            return str(error)
+
+    def _tls_context(self) -> ssl.SSLContext | None:
+        """The server's TLS context, as uvicorn's create_ssl_context (vLLM, SGLang) or
+        cpp-httplib's SSLServer (llama-server) makes it from the files; StartError if they
+        cannot be read, which the real servers exit 1 on."""
+        tls = self.opts.tls
+        if tls is None:
+            return None
+        if tls.cert is None:  # uvicorn Config.load: `assert self.ssl_certfile`
+            raise StartError("AssertionError: a key file (--ssl-keyfile) but no certificate")
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            context.load_cert_chain(tls.cert, tls.key)
+            if tls.ca is not None:
+                context.load_verify_locations(tls.ca)
+        except OSError as error:  # ssl.SSLError too
+            raise StartError(f"cannot load the TLS key and certificate: {error}") from error
+        context.verify_mode = ssl.VerifyMode(tls.cert_reqs)
+        self.tls_serial = certificate_serial(tls.cert)
+        self.log("tls", certificate=tls.cert, serial=self.tls_serial, refresh=tls.refresh)
+        if tls.refresh and tls.key is not None:
+            threading.Thread(
+                target=self._refresh_certificate,
+                args=(context, tls.cert, tls.key),
+                name="standin-ssl-refresh",
+                daemon=True,
+            ).start()
+        return context
+
+    def _refresh_certificate(self, context: ssl.SSLContext, cert: str, key: str) -> None:
+        """vLLM's and SGLang's SSLCertRefresher: on a batch of changes to either file, load
+        the pair again into the live context; a failure is logged and the server goes on
+        (with what OpenSSL left in the context, as theirs does)."""
+        last = _stamps((cert, key))
+        while True:
+            time.sleep(WATCH_STEP_SECONDS)
+            now = _stamps((cert, key))
+            if now == last:
+                continue
+            began = time.monotonic()
+            while time.monotonic() - began < WATCH_DEBOUNCE_SECONDS:
+                time.sleep(WATCH_STEP_SECONDS)
+                again = _stamps((cert, key))
+                if again == now:
+                    break
+                now = again
+            last = now
+            try:
+                context.load_cert_chain(cert, key)
+            except OSError as error:
+                self.log("tls-reload-failed", reason=str(error))
+                continue
+            self.tls_serial = certificate_serial(cert)
+            self.log("tls-reloaded", serial=self.tls_serial)
 
     def _stop_http(self) -> None:
         server, self.http = self.http, None
@@ -1225,10 +1442,11 @@ class Engine:
 
     def _url(self) -> str:
         host = self.opts.host or "0.0.0.0"
+        scheme = "https" if self.opts.tls is not None else "http"
         return (
-            f"http://[{host}]:{self.opts.port}"
+            f"{scheme}://[{host}]:{self.opts.port}"
             if ":" in host
-            else f"http://{host}:{self.opts.port}"
+            else f"{scheme}://{host}:{self.opts.port}"
         )
 
     # ----------------------------------------------------------------- rank 0's rendezvous
@@ -1708,6 +1926,7 @@ class Engine:
             "env": self.environment(),
             "workers": self._worker_list(),
             "load_seconds": self.settings.load_seconds,
+            "tls_serial": self.tls_serial,
         }
 
 
@@ -1749,6 +1968,10 @@ def main(argv: Sequence[str] | None = None, module: str | None = None) -> int:
             return EXIT_OK
         options = PARSERS[personality](args)
         settings = Settings.load(os.environ)
+    except StartError as error:
+        log_line(f"ValueError: {error}")
+        log_line("standin: " + json.dumps({"event": "bad-arguments", "exit": EXIT_FAILURE}))
+        return EXIT_FAILURE
     except UsageError as error:
         if error.usage:
             sys.stderr.write(error.usage)

@@ -730,6 +730,12 @@ class FakeProxmox:
         self.access_log = access_log
         self.lock = threading.RLock()
         self.vms: dict[int, FakeVm] = {}
+        # What `purge` removes a destroyed VM from (qemu-server PVE/API2/Qemu.pm
+        # `destroy_vm`): HA resources (`vm:VMID`), replication jobs (id → guest), and
+        # backup jobs (id → the vmids they name).
+        self.ha_resources: set[int] = set()
+        self.replication_jobs: dict[str, int] = {}
+        self.backup_jobs: dict[str, set[int]] = {}
         self.tasks: dict[str, FakeTask] = {}
         self.calls: list[Call] = []
         self.connections = 0
@@ -1346,31 +1352,65 @@ class FakeProxmox:
     def destroy(self, params: dict[str, str], user: str) -> str:
         validate("destroy", params)
         node, vmid = params["node"], int(params["vmid"])
+        purge = params.get("purge") == "1"
+        # qemu-server src/PVE/API2/Qemu.pm `destroy_vm` (e6352be): skiplock only for root
         if params.get("skiplock") == "1":
             raise param_error({"skiplock": "Only root may use this option."})
-        # qemu-server PVE/API2/Qemu.pm `destroy_vm`, `$early_checks` before forking:
-        vm = self._load(node, vmid)
-        if vm.config.get("protection") == "1":
-            raise die(f"can't remove VM {vmid} - protection mode enabled")
-        if vm.running:
-            raise die(f"VM {vmid} is running - destroy failed")
+        self._destroy_checks(node, vmid, purge)  # `$early_checks`, before forking
         failure = self.knobs.fail_destroy
         log = [f"destroy VM {vmid}"]
 
         def finish() -> str | None:
-            current = self.vms.get(vmid)
-            if current is None:
-                return f"Configuration file 'nodes/{node}/qemu-server/{vmid}.conf' does not exist"
+            # The worker, under the config lock: "repeat, config might have changed".
+            try:
+                ha_managed = self._destroy_checks(node, vmid, purge)
+            except ProxmoxApiError as error:
+                return error.message.rstrip("\n")
+            current = self.vms[vmid]
+            # src/PVE/QemuServer.pm `destroy_vm`: check_lock unless skiplock
             if (locked := self._check_lock(current)) is not None:
-                return locked  # PVE::QemuServer::destroy_vm: check_lock unless skiplock
+                return locked
             if failure is not None:
                 return failure
-            self.vms.pop(vmid, None)
+            if purge:
+                log.append(f"purging VM {vmid} from related configurations..")
+                for job in [j for j, guest in self.replication_jobs.items() if guest == vmid]:
+                    del self.replication_jobs[job]
+                for members in self.backup_jobs.values():
+                    members.discard(vmid)
+                if ha_managed:
+                    self.ha_resources.discard(vmid)
+                    log.append(f"NOTE: removed VM {vmid} from HA resource configuration.")
+            self.vms.pop(vmid, None)  # "only now remove the zombie config"
             return None
 
         if failure is not None:
             log.append(failure)
         return self._fork(node, "qmdestroy", vmid, user, self.knobs.destroy_seconds, log, finish)
+
+    def _destroy_checks(self, node: str, vmid: int, purge: bool) -> bool:
+        """`destroy_vm`'s `$early_checks`, in their order; whether HA manages the VM."""
+        vm = self._load(node, vmid)  # "test if VM exists"
+        # pve-guest-common src/PVE/AbstractConfig.pm `check_protection` (4a8f6cb)
+        if vm.config.get("protection") == "1":
+            raise die(f"can't remove VM {vmid} - protection mode enabled")
+        ha_managed = vmid in self.ha_resources
+        if not purge:
+            if ha_managed:
+                raise die(
+                    f"unable to remove VM {vmid} - used in HA resources and purge parameter"
+                    " not set."
+                )
+            # pve-guest-common src/PVE/ReplicationConfig.pm `check_for_existing_jobs`
+            for job, guest in sorted(self.replication_jobs.items()):
+                if guest == vmid:
+                    raise die(
+                        f"There is a replication job '{job}' for guest '{vmid}' - "
+                        "Please remove that first."
+                    )
+        if vm.running:
+            raise die(f"VM {vmid} is running - destroy failed")
+        return ha_managed
 
     # GET /nodes/N/qemu/VMID/agent/network-get-interfaces
     def agent_interfaces(self, params: dict[str, str], user: str) -> dict[str, Any]:

@@ -261,7 +261,8 @@ def test_the_readme_shows_what_ctl_prints_today(marker: str, args: list[str]) ->
 
 
 @pytest.mark.parametrize(
-    "document", ["README.md", "docs/cli.md", "docs/reconcile.md", "docs/placement.md"]
+    "document",
+    ["README.md", "docs/cli.md", "docs/reconcile.md", "docs/placement.md", "docs/routing.md"],
 )
 def test_cog_finds_the_generated_blocks_up_to_date(document: str) -> None:
     # README's example outputs are what ctl prints today, docs/cli.md every command's --help.
@@ -284,6 +285,19 @@ def test_the_readme_commands_table_names_every_command_and_nothing_else() -> Non
     table = "\n".join(line for line in section.splitlines() if line.startswith("| `ctl"))
     named = set(re.findall(r"`(ctl [a-z][a-z-]*(?: (?:check|init))?)\b", table))
     assert commands == named
+
+
+def test_the_readme_lifecycle_names_a_command_per_step_in_order() -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Lifecycle") : readme.index("## Documentation")]
+    steps = re.findall(r"^\d\. \*\*(\w+)\*\* — `ctl ([a-z-]+)", section, re.MULTILINE)
+    assert steps == [
+        ("provision", "provision-node"), ("onboard", "onboard-node"), ("serve", "reconcile"),
+        ("renew", "reconcile"), ("drain", "drain"), ("offboard", "offboard-node"),
+        ("deprovision", "deprovision-node"),
+    ]  # fmt: skip
+    headings = set(re.findall(r"^## ctl (\S+)$", (ROOT / "docs" / "cli.md").read_text(), re.M))
+    assert {command for _, command in steps} <= headings
 
 
 def test_nodes_wide_shows_each_nodes_model_store_and_unknown_as_a_question_mark() -> None:

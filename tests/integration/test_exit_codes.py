@@ -272,6 +272,24 @@ ELSEWHERE: dict[tuple[str, int], str] = {
     ("provision-node", 2): "test_provision_cli.py::test_bad_input_is_exit_2_and_contacts_nothing",
     ("onboard-node", 1): "test_onboard.py::test_an_unreachable_node_exits_1_and_changes_nothing",
     ("onboard-node", 2): "test_onboard.py::test_no_ca_is_bad_input",
+    (
+        "offboard-node",
+        0,
+    ): "test_offboard.py::test_offboarding_removes_exactly_the_nodes_lines_revokes_and_forgets",
+    (
+        "offboard-node",
+        1,
+    ): "test_offboard.py::test_a_replica_nothing_else_can_take_is_refused_naming_it",
+    ("offboard-node", 2): "test_offboard.py::test_an_unknown_node_is_bad_input",
+    (
+        "deprovision-node",
+        0,
+    ): "test_deprovision.py::test_the_vm_provision_node_made_is_stopped_destroyed_and_purged",
+    (
+        "deprovision-node",
+        1,
+    ): "test_deprovision.py::test_a_vm_named_so_by_hand_is_left_alone_with_exit_1",
+    ("deprovision-node", 2): "test_deprovision.py::test_no_token_is_bad_input_and_contacts_nothing",
 }
 
 

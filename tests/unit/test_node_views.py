@@ -278,6 +278,7 @@ def test_the_json_document_names_its_format_time_and_every_field_of_a_node() -> 
                         "origin": "reconcile",
                         "source": None,
                         "state": "running",
+                        "certificate": None,
                     }
                 ],
                 "certificate": None,

@@ -4,18 +4,17 @@ what is sent again, and what is refused."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from cli.facts.model import store_directory
 from tests.fakes.hub import LFS_THRESHOLD, Hub, run_hub
+from tests.playbook_modules import load_playbook_module
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = "hf://org/small"
@@ -23,16 +22,7 @@ GATED = "hf://org/gated"
 TOKEN = "hf_" + "Tk" * 17
 
 
-def load_module() -> ModuleType:
-    path = ROOT / "playbooks" / "library" / "modelfleet_stage.py"
-    spec = importlib.util.spec_from_file_location("modelfleet_stage", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-stage_module = load_module()
+stage_module = load_playbook_module("modelfleet_stage")
 StageError = stage_module.StageError
 
 

@@ -4,7 +4,6 @@ module runs for real on the test fleet (test_fleet_reconcile.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import time
 from collections.abc import Iterator
@@ -16,18 +15,12 @@ import pytest
 from cli.reconcile.apply import ShardFailure
 from cli.shards.ansible import Event, PlaybookRun
 from cli.shards.executor import REPORT_TASK, start_failures
-from tests.ctl import ROOT
-
-MODULE = ROOT / "playbooks" / "library" / "modelfleet_verify.py"
+from tests.playbook_modules import load_playbook_module
 
 
 @pytest.fixture
 def verify_module() -> Iterator[ModuleType]:
-    spec = importlib.util.spec_from_file_location("modelfleet_verify", MODULE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    yield module
+    yield load_playbook_module("modelfleet_verify")
 
 
 class Node:
@@ -42,7 +35,9 @@ class Node:
         self.asked.append(unit)
         return self.states[unit]
 
-    def serves(self, url: str, model: str) -> tuple[bool, str]:
+    def serves(
+        self, url: str, model: str, ca: str | None = None, serial: str | None = None
+    ) -> tuple[bool, str]:
         return (url in self.serving, "" if url in self.serving else "/health: 503")
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from cli.provision.plan.options import _UNITS, VMID_MAX, VMID_MIN
-from cli.provision.plan.params import property_string
+from cli.provision.plan.params import TAG, property_string, split_tags
 
 MARKER_PREFIX = "modelfleet-run-"  # + the run id: the description line a clone is made with
 
@@ -72,6 +72,41 @@ def marked(config: Mapping[str, Any], marker: str) -> bool:
     if not isinstance(description, str):
         return False
     return any(line.strip() == marker for line in description.splitlines())
+
+
+_RUN_MARKER = re.compile(re.escape(MARKER_PREFIX) + r"[0-9a-f]{12}")
+
+
+def provisioned_marker(config: Mapping[str, Any], name: str) -> str | None:
+    """The run marker of the VM `ctl provision-node NAME` made, when `config` is it: named
+    `name` and its description holds a run's marker line (`marked` is then true for that
+    marker). None when it is not, or could not be proved to be."""
+    if config.get("name") != name or not isinstance(config.get("description"), str):
+        return None
+    lines = [line.strip() for line in str(config["description"]).splitlines()]
+    found = [line for line in lines if _RUN_MARKER.fullmatch(line)]
+    return found[0] if len(found) == 1 and marked(config, found[0]) else None
+
+
+def not_ours(config: Mapping[str, Any], name: str, marker: str | None) -> str | None:
+    """Why `config` is not (or no longer) the VM ctl provisioned as `name` with `marker`
+    (None: it is, and may be stopped and destroyed): the one rule a destroy is made on,
+    read right before each stop and each destroy, as provisioning's cleanup reads it."""
+    if marker is None:
+        marker = provisioned_marker(config, name)
+        if marker is None:
+            return f"no {MARKER_PREFIX}… line in its description names it as made by ctl"
+    if config.get("name") != name:
+        return f"it is no longer named {name}"
+    if not marked(config, marker):
+        return f"its description lacks {marker}"
+    if TAG not in split_tags(str(config.get("tags") or "")):
+        return f"it lacks the tag {TAG}"
+    if str(config.get("template", "0")) == "1":
+        return "it is a template"
+    if str(config.get("protection", "0")) == "1":
+        return "it is protected (protection: 1)"
+    return None
 
 
 def found_text(config: Mapping[str, Any]) -> str:

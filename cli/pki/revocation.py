@@ -1,0 +1,140 @@
+"""Revoked node certificates: the CA's list of them and the CRL it signs (pure).
+
+The CA directory keeps `revoked.json`, one entry per revoked certificate (its serial as
+`serial_hex` writes it, the node it was issued to, when it was revoked), and `crl.pem`, an
+X.509 v2 CRL of exactly those serials signed by the CA's key: what a router or any TLS
+peer loads to refuse them. `issued.json` records each certificate the CA signs (serial,
+node, end of validity), so that a node's certificates can be revoked when the node itself
+cannot be asked which one it holds.
+
+Everything here is a function of its arguments, the clock included; cli/pki/store.py reads
+and writes the files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ed25519
+
+from cli.pki.certs import CAPrivateKey
+
+CRL_VALIDITY = timedelta(days=90)  # nextUpdate: a node certificate's whole lifetime
+FORMAT_VERSION = 1
+
+
+class RevocationFileError(ValueError):
+    """A list file of the CA directory that does not read as ctl writes it."""
+
+
+@dataclass(frozen=True, order=True)
+class CertRecord:
+    """One certificate the CA issued or revoked: its serial (lowercase hex), its node, when."""
+
+    serial: str
+    node: str
+    at: datetime  # issued: notAfter; revoked: the revocation time
+
+
+def normal_serial(text: str) -> str:
+    """A serial as `serial_hex` writes it: lowercase hex, no leading zeros, no colons."""
+    digits = text.replace(":", "").strip().lower()
+    value = int(digits, 16)  # ValueError on anything else
+    if value <= 0:
+        raise ValueError("a serial is positive")
+    return f"{value:x}"
+
+
+def parse_records(text: str, what: str) -> tuple[CertRecord, ...]:
+    """The entries of `issued.json` or `revoked.json` (`what`: which list, for errors)."""
+    try:
+        document = json.loads(text)
+        if not isinstance(document, dict) or document.get("version") != FORMAT_VERSION:
+            raise RevocationFileError(f"not a version {FORMAT_VERSION} {what} list")
+        entries = document[what]
+        if not isinstance(entries, list):
+            raise RevocationFileError(f"'{what}' is not a list")
+        return tuple(
+            CertRecord(
+                normal_serial(str(entry["serial"])),
+                str(entry["node"]),
+                datetime.fromisoformat(str(entry["at"])),
+            )
+            for entry in entries
+        )
+    except RevocationFileError:
+        raise
+    except (ValueError, KeyError, TypeError) as error:
+        raise RevocationFileError(f"does not read as a {what} list: {error}") from None
+
+
+def render_records(records: Iterable[CertRecord], what: str) -> str:
+    """The list file's text: sorted, one entry a line, so a diff shows what changed."""
+    lines = [
+        json.dumps({"serial": r.serial, "node": r.node, "at": r.at.isoformat()}, sort_keys=True)
+        for r in sorted(set(records))
+    ]
+    body = ",\n    ".join(lines)
+    inner = f"\n    {body}\n  " if lines else ""
+    return f'{{\n  "version": {FORMAT_VERSION},\n  "{what}": [{inner}]\n}}\n'
+
+
+def is_revoked(serial: str, revoked: Iterable[CertRecord]) -> bool:
+    """Whether the certificate with `serial` (any case, colons or not) is revoked."""
+    try:
+        wanted = normal_serial(serial)
+    except ValueError:
+        return False
+    return any(record.serial == wanted for record in revoked)
+
+
+def serials_of(node: str, records: Iterable[CertRecord]) -> tuple[str, ...]:
+    """The serials recorded for `node`, in the list's order, once each."""
+    return tuple(dict.fromkeys(r.serial for r in records if r.node == node))
+
+
+def build_crl(
+    key: CAPrivateKey,
+    ca_cert: x509.Certificate,
+    revoked: Sequence[CertRecord],
+    now: datetime,
+    number: int,
+) -> x509.CertificateRevocationList:
+    """A v2 CRL signed by the CA: every revoked serial with its revocation date, thisUpdate
+    `now`, nextUpdate CRL_VALIDITY later, CRL number `number`, the CA's key identifier."""
+    builder = (
+        x509.CertificateRevocationListBuilder()
+        .issuer_name(ca_cert.subject)
+        .last_update(now)
+        .next_update(now + CRL_VALIDITY)
+        .add_extension(x509.CRLNumber(number), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key()),  # type: ignore[arg-type]
+            critical=False,
+        )
+    )
+    for record in sorted(set(revoked)):
+        builder = builder.add_revoked_certificate(
+            x509.RevokedCertificateBuilder()
+            .serial_number(int(record.serial, 16))
+            .revocation_date(record.at)
+            .add_extension(x509.CRLReason(x509.ReasonFlags.cessation_of_operation), critical=False)
+            .build()
+        )
+    algorithm = None if isinstance(key, ed25519.Ed25519PrivateKey) else hashes.SHA256()
+    return builder.sign(key, algorithm)
+
+
+def crl_number(crl: x509.CertificateRevocationList | None) -> int:
+    """The CRL number after `crl`'s (1 for the first CRL)."""
+    if crl is None:
+        return 1
+    try:
+        return int(crl.extensions.get_extension_for_class(x509.CRLNumber).value.crl_number) + 1
+    except x509.ExtensionNotFound:
+        return 1

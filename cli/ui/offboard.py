@@ -1,0 +1,50 @@
+"""What `ctl offboard-node` will do, a line a step (the plan of cli/ops/offboard.py)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from cli.ops.offboard import OffboardPlan
+from cli.pki import node as remote
+from cli.ui.plan import render_plan
+
+
+def plan_lines(plan: OffboardPlan) -> list[str]:
+    """The plan, a line a step, for people."""
+    lines = [f"offboard {plan.node}:"]
+    if plan.host is None:
+        lines.append(f"  inventory: {plan.node} is not in it (already removed)")
+    elif plan.drain is not None:
+        lines.append("  drain (as ctl drain, each replica serving elsewhere before it stops):")
+        lines += [f"    {line}" for line in render_plan(plan.drain)] or ["    nothing to move"]
+    lines += [f"  LOST (--force): {replica}" for replica in plan.loses]
+    if plan.host is not None:
+        if plan.unreachable is None:
+            lines.append(f"  key: remove {remote.PKI_DIR}/{remote.KEY_FILE} on {plan.node}")
+        else:
+            lines.append(f"  key: {plan.node} cannot be reached: its key is left on it")
+    for record in plan.revoke:
+        lines.append(f"  certificate: revoke serial {record.serial}")
+    for record in plan.revoked:
+        lines.append(f"  certificate: serial {record.serial} already revoked ({_day(record.at)})")
+    if not plan.revoke and not plan.revoked:
+        lines.append(
+            f"  certificate: the CA knows of none issued to {plan.node} (none recorded, and"
+            " the node's own could not be read): nothing to revoke"
+        )
+    if plan.forgotten is not None:
+        numbers = ", ".join(str(n) for n in plan.forgotten.lines)
+        lines.append(
+            f"  known_hosts: forget {', '.join(plan.names)} ({plan.known_hosts} line {numbers})"
+        )
+    elif plan.shared_with is not None:
+        lines.append(f"  known_hosts: kept: {plan.shared_with} has the same address")
+    elif plan.host is not None:
+        lines.append(f"  known_hosts: nothing of {plan.node} in {plan.known_hosts}")
+    if plan.removal is not None:
+        lines.append(f"  inventory: remove {', '.join(plan.removal.lines)}")
+    return lines
+
+
+def _day(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M UTC")

@@ -1,0 +1,151 @@
+"""Revocation: the CA's list of revoked serials, its CRL (verified by openssl), and the
+record of issued certificates that lets a node be revoked without asking it."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import stat
+import subprocess
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from cli.errors import InputError
+from cli.pki.certs import NodeNames, serial_hex
+from cli.pki.revocation import (
+    CRL_VALIDITY,
+    CertRecord,
+    is_revoked,
+    normal_serial,
+    parse_records,
+    render_records,
+    serials_of,
+)
+from cli.pki.store import (
+    REVOKED_FILE,
+    CertificateAuthority,
+    crl_path,
+    init_ca,
+    issued_records,
+    read_crl,
+    revoked_serials,
+)
+
+NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def ca(tmp_path: Path) -> CertificateAuthority:
+    return init_ca(tmp_path / "ca", "unit", datetime.now(UTC))
+
+
+def issue(ca: CertificateAuthority, name: str) -> x509.Certificate:
+    key = ec.generate_private_key(ec.SECP256R1())
+    csr = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .sign(key, hashes.SHA256())
+    )
+    return ca.issue(csr, NodeNames.of(name, ["127.0.1.3"]), datetime.now(UTC))
+
+
+def test_serials_are_compared_as_serial_hex_writes_them() -> None:
+    records = [CertRecord("2c7c4dc08aae", "node-3", NOW)]
+    assert is_revoked("2C:7C:4D:C0:8A:AE", records)
+    assert is_revoked("002c7c4dc08aae", records)
+    assert not is_revoked("2c7c4dc08aaf", records)
+    assert not is_revoked("not hex", records)
+    with pytest.raises(ValueError):
+        normal_serial("0")
+
+
+def test_the_list_reads_back_as_written_sorted_one_entry_a_line() -> None:
+    records = (CertRecord("b", "node-2", NOW), CertRecord("a", "node-1", NOW))
+    text = render_records(records, "revoked")
+    assert text.splitlines()[3].lstrip().startswith('{"at": "2026-12-04T12:00:00+00:00"')
+    assert '"serial": "a"' in text.splitlines()[3]
+    assert parse_records(text, "revoked") == tuple(sorted(records))
+    assert render_records((), "revoked") == '{\n  "version": 1,\n  "revoked": []\n}\n'
+    assert serials_of("node-2", records) == ("b",)
+
+
+def test_issuing_records_the_serial_and_the_node(ca: CertificateAuthority) -> None:
+    cert = issue(ca, "node-3")
+    (record,) = issued_records(ca.directory)
+    assert (record.serial, record.node) == (serial_hex(cert), "node-3")
+    assert record.at == cert.not_valid_after_utc
+
+
+def test_revoking_writes_the_list_and_a_crl_openssl_verifies(ca: CertificateAuthority) -> None:
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl")
+    cert = issue(ca, "node-3")
+    other = issue(ca, "node-4")
+    new = ca.revoke([CertRecord(serial_hex(cert), "node-3", NOW)], NOW)
+    assert [r.serial for r in new] == [serial_hex(cert)]
+    assert revoked_serials(ca.directory) == frozenset({serial_hex(cert)})
+    for name in (REVOKED_FILE, "crl.pem"):
+        assert stat.S_IMODE((ca.directory / name).stat().st_mode) == 0o644
+    crl = read_crl(ca.directory)
+    assert crl is not None
+    assert crl.next_update_utc == NOW + CRL_VALIDITY
+    assert crl.extensions.get_extension_for_class(x509.CRLNumber).value.crl_number == 1
+    assert crl.get_revoked_certificate_by_serial_number(cert.serial_number) is not None
+    assert crl.get_revoked_certificate_by_serial_number(other.serial_number) is None
+    verified = subprocess.run(
+        ["openssl", "crl", "-in", str(crl_path(ca.directory)), "-CAfile", str(ca.cert_path),
+         "-noout", "-verify", "-text"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert verified.returncode == 0, verified.stderr
+    assert "verify OK" in verified.stderr + verified.stdout
+    listed = re.findall(r"Serial Number: ([0-9A-F]+)", verified.stdout)
+    assert [int(serial, 16) for serial in listed] == [cert.serial_number]
+    # A certificate openssl checks against the CRL is refused; the other is not.
+    for pem, expect in ((cert, 2), (other, 0)):
+        path = ca.directory.parent / "leaf.pem"
+        path.write_bytes(pem.public_bytes(serialization.Encoding.PEM))
+        checked = subprocess.run(
+            ["openssl", "verify", "-crl_check", "-CAfile", str(ca.cert_path),
+             "-CRLfile", str(crl_path(ca.directory)), str(path)],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert checked.returncode == expect, checked.stdout + checked.stderr
+        assert ("certificate revoked" in checked.stdout + checked.stderr) == (expect == 2)
+
+
+def test_revoking_again_changes_nothing_and_a_new_serial_bumps_the_crl_number(
+    ca: CertificateAuthority,
+) -> None:
+    first = CertRecord("abc", "node-3", NOW)
+    ca.revoke([first], NOW)
+    before = {p.name: p.read_bytes() for p in ca.directory.iterdir()}
+    assert ca.revoke([first], NOW + timedelta(days=1)) == ()
+    assert {p.name: p.read_bytes() for p in ca.directory.iterdir()} == before
+    ca.revoke([CertRecord("def", "node-4", NOW)], NOW + timedelta(days=1))
+    crl = read_crl(ca.directory)
+    assert crl is not None
+    assert crl.extensions.get_extension_for_class(x509.CRLNumber).value.crl_number == 2
+    assert {f"{r.serial_number:x}" for r in crl} == {"abc", "def"}
+
+
+def test_a_crl_missing_its_serials_is_signed_again(ca: CertificateAuthority) -> None:
+    ca.revoke([CertRecord("abc", "node-3", NOW)], NOW)
+    crl_path(ca.directory).unlink()  # interrupted between the two files
+    assert ca.revoke([CertRecord("abc", "node-3", NOW)], NOW) == ()
+    crl = read_crl(ca.directory)
+    assert crl is not None and {f"{r.serial_number:x}" for r in crl} == {"abc"}
+
+
+def test_a_list_file_that_does_not_read_is_bad_input_naming_it(ca: CertificateAuthority) -> None:
+    (ca.directory / REVOKED_FILE).write_text('{"version": 1, "revoked": [{"serial": "zz"}]}')
+    with pytest.raises(InputError) as raised:
+        revoked_serials(ca.directory)
+    assert str(ca.directory / REVOKED_FILE) in str(raised.value)
+    assert revoked_serials(ca.directory.parent / "nowhere") == frozenset()
