@@ -225,7 +225,10 @@ def _reconcile_pass(
         return console.EXIT_INCOMPLETE if incomplete else console.EXIT_OK
     if not confirmed and not _mass_stop_confirmed(the_plan):
         return console.EXIT_INCOMPLETE
-    return apply_plan(context, fleet, the_plan, inventory_path, loaded, as_json=as_json, ca=ca)
+    return apply_plan(
+        context, fleet, the_plan, inventory_path, loaded, as_json=as_json, ca=ca,
+        ca_dir=directory,
+    )  # fmt: skip
 
 
 def _mass_stop_confirmed(the_plan: Plan) -> bool:
@@ -257,6 +260,7 @@ def apply_plan(
     *,
     as_json: bool = False,
     ca: CertificateAuthority | None = None,
+    ca_dir: Path | None = None,
 ) -> int:
     """Run `the_plan` on the nodes; say what happened (`as_json`: the plan and the outcome
     as one document); the exit code."""
@@ -268,7 +272,7 @@ def apply_plan(
     applied = ops.apply_plan(
         app_context(context), fleet, the_plan, inventory_path, catalog,
         on_run=say_run, report=lambda line: console.err.print(console.rich_escape(line)),
-        ca=ca,
+        ca=ca, ca_dir=ca_dir,
     )  # fmt: skip
     if as_json:
         console.print_json(

@@ -42,23 +42,26 @@ from cli.inventory.load import Decrypt
 from cli.inventory.remove import Removal
 from cli.inventory.schema import Host, Inventory
 from cli.ops.context import AppContext
-from cli.ops.fleet import Fleet
-from cli.ops.reconcile import Applied, OnRun, apply_plan
+from cli.ops.fleet import Fleet, gather_fleet, serving_addresses
+from cli.ops.reconcile import Applied, OnRun, apply_plan, router_deployer
 from cli.pki import node as remote
 from cli.pki.addhost import DEFAULT_USER
 from cli.pki.certs import serial_hex
 from cli.pki.knownhosts import Forgotten, forget_hosts
+from cli.pki.paths import KEY_FILE, PKI_DIR
 from cli.pki.revocation import CertRecord
 from cli.pki.store import CRL_FILE, CertificateAuthority, issued_records, revoked_records
 from cli.reconcile.planner import FORCED, Plan
+from cli.routes.deploy import failure_text
+from cli.routes.table import route_table
 
 Say = Callable[[str], None]
 
 REMOVE_KEY = f"""\
 set -eu
-d={remote.PKI_DIR}
-if [ -e "$d/{remote.KEY_FILE}" ] || [ -e "$d/{remote.KEY_FILE}.new" ]; then
-  rm -f "$d/{remote.KEY_FILE}" "$d/{remote.KEY_FILE}.new"; echo removed
+d={PKI_DIR}
+if [ -e "$d/{KEY_FILE}" ] || [ -e "$d/{KEY_FILE}.new" ]; then
+  rm -f "$d/{KEY_FILE}" "$d/{KEY_FILE}.new"; echo removed
 else
   echo absent
 fi
@@ -263,6 +266,10 @@ def carry_out(
         done.lines.append(
             f"{plan.node}: certificate revoked: serial {serials} (CRL {ca.directory / CRL_FILE})"
         )
+        if fleet is not None and catalog is not None:
+            told = _tell_routers(options, fleet, inventory_path, catalog, ca, on_run)
+            if told is not None:
+                done.lines.append(told)
     if plan.forgotten is not None:
         current = plan.known_hosts.read_text(encoding="utf-8")
         again = forget_hosts(current, plan.names)
@@ -273,6 +280,28 @@ def carry_out(
         removal = remove_node(inventory_path, plan.node, decrypt)
         done.lines.append(f"{plan.node}: removed from the inventory ({', '.join(removal.lines)})")
     return done
+
+
+def _tell_routers(
+    options: AppContext,
+    fleet: Fleet,
+    inventory_path: Path,
+    catalog: Catalog,
+    ca: CertificateAuthority,
+    on_run: OnRun,
+) -> str | None:
+    """The routers' trust bundle with the new CRL, now: they refuse the revoked certificate
+    from here on (docs/routing.md). The routes are the fleet's as it is after the drain,
+    gathered again. None where the inventory has no router."""
+    deployer = router_deployer(options, fleet, inventory_path, on_run, ca_dir=ca.directory)
+    if deployer is None:
+        return None
+    now_fleet = gather_fleet(fleet.inventory, inventory_path, options)
+    addresses, _ = serving_addresses(now_fleet.inventory)
+    failures = deployer.push(route_table(catalog, now_fleet.snapshot, addresses))
+    if failures:
+        return f"routers not told of the revocation: {failure_text(failures)}; run again"
+    return f"routers told of the revocation: {', '.join(deployer.hosts)}"
 
 
 def _left_on_node(applied: Applied, plan: OffboardPlan) -> list[str]:
@@ -290,7 +319,7 @@ def _left_on_node(applied: Applied, plan: OffboardPlan) -> list[str]:
 
 def _remove_key(options: AppContext, plan: OffboardPlan) -> str:
     assert plan.host is not None
-    key = f"{remote.PKI_DIR}/{remote.KEY_FILE}"
+    key = f"{PKI_DIR}/{KEY_FILE}"
     try:
         client = _login(options, plan.host, plan.known_hosts)
     except ssh.NodeError as error:

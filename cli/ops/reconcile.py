@@ -30,7 +30,7 @@ from cli.ops.staging import ProgressLines, watch_staging
 from cli.ops.tokens import resolve_tokens
 from cli.pki.certs import fingerprint
 from cli.pki.renewal import Renewal, due_renewals, sort_out
-from cli.pki.store import CertificateAuthority, default_ca_dir
+from cli.pki.store import CertificateAuthority, default_ca_dir, published_crl
 from cli.reconcile.apply import Outcome, apply
 from cli.reconcile.ledger import ledger_path, load_ledger, save_ledger
 from cli.reconcile.planner import DRAINING, Plan, cordoned, plan
@@ -96,14 +96,24 @@ def plan_pass(
 
 
 def router_deployer(
-    options: AppContext, fleet: Fleet, inventory_path: Path, on_run: OnRun
+    options: AppContext,
+    fleet: Fleet,
+    inventory_path: Path,
+    on_run: OnRun,
+    ca_dir: Path | None = None,
 ) -> RouterDeployer | None:
-    """The deployer for the inventory group `routers`, or None when it has no host."""
+    """The deployer for the inventory group `routers`, or None when it has no host. It
+    hands the routers the CA's revocation list where the CA is here: `ca_dir`, else
+    MODELFLEET_CA_DIR, else the default of `ctl ca init`."""
     hosts = router_hosts(fleet.inventory)
     if not hosts:
         return None
+    if ca_dir is None:
+        configured = os.environ.get("MODELFLEET_CA_DIR")
+        ca_dir = Path(configured) if configured else default_ca_dir()
+    crl = published_crl(ca_dir)
     known_hosts = options.known_hosts(inventory_path)
-    return RouterDeployer(hosts, inventory_path, known_hosts, options.logs, on_run=on_run)
+    return RouterDeployer(hosts, inventory_path, known_hosts, options.logs, on_run=on_run, crl=crl)
 
 
 def apply_plan(
@@ -115,12 +125,14 @@ def apply_plan(
     on_run: OnRun,
     report: Callable[[str], None],
     ca: CertificateAuthority | None = None,
+    ca_dir: Path | None = None,
 ) -> Applied:
     """Run `the_plan` on the nodes with the playbooks.
 
     With the `catalog` and an inventory group `routers`, the routers follow every change,
-    and are brought up to date even when the plan is empty. The certificates it renews
-    are renewed first, with `ca`, so replicas started in this pass load the new ones."""
+    and are brought up to date even when the plan is empty (with the CRL of the CA in
+    `ca_dir`, router_deployer). The certificates it renews are renewed first, with `ca`,
+    so replicas started in this pass load the new ones."""
     ledger = ledger_file(options, inventory_path)
     # Every token the staging needs, read now: one that is missing is said (exit 2) before
     # anything on a node has changed.
@@ -131,7 +143,9 @@ def apply_plan(
     renewed = renew_planned(options, fleet, the_plan, inventory_path, ca, report)
     # A model waiting out its backoff is short of replicas.min: not done (exit 1).
     complete = not (the_plan.unplaced or the_plan.waits or fleet.partial)
-    deployer = None if catalog is None else router_deployer(options, fleet, inventory_path, on_run)
+    deployer = None
+    if catalog is not None:
+        deployer = router_deployer(options, fleet, inventory_path, on_run, ca_dir=ca_dir)
     router = None
     if deployer is not None and catalog is not None:
         addresses, _ = serving_addresses(fleet.inventory)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
@@ -24,7 +24,6 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from cli.pki.certs import CAPrivateKey
 
-CRL_VALIDITY = timedelta(days=90)  # nextUpdate: a node certificate's whole lifetime
 FORMAT_VERSION = 1
 
 
@@ -106,12 +105,17 @@ def build_crl(
     number: int,
 ) -> x509.CertificateRevocationList:
     """A v2 CRL signed by the CA: every revoked serial with its revocation date, thisUpdate
-    `now`, nextUpdate CRL_VALIDITY later, CRL number `number`, the CA's key identifier."""
+    `now`, nextUpdate the CA's own notAfter, CRL number `number`, the CA's key identifier.
+
+    nextUpdate is the CA's end, not a short time: the routers check engines against this
+    CRL (playbooks/files/modelfleet_router_tls.py), and OpenSSL refuses every certificate
+    once the CRL it checks is past its nextUpdate. ctl pushes a new CRL to the routers at
+    each revocation; nobody fetches it, so a freshness deadline would only be an outage."""
     builder = (
         x509.CertificateRevocationListBuilder()
         .issuer_name(ca_cert.subject)
         .last_update(now)
-        .next_update(now + CRL_VALIDITY)
+        .next_update(ca_cert.not_valid_after_utc)
         .add_extension(x509.CRLNumber(number), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key()),  # type: ignore[arg-type]

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from cli.edges.files import atomic_write
 from cli.errors import InputError
@@ -230,6 +230,30 @@ def read_crl(directory: Path) -> x509.CertificateRevocationList | None:
         return None
     except ValueError as error:
         raise _error(path, f"is not a PEM CRL: {error}") from None
+
+
+def published_crl(directory: Path) -> str | None:
+    """The CA's CRL as PEM text, for the routers (docs/routing.md), once checked against
+    the CA's certificate beside it; None where there is no CA or it revoked nothing. A CRL
+    the routers would choke on is bad input here (exit 2), not a router refusing every
+    engine. Needs no key: any copy of the CA directory's public files will do."""
+    crl = read_crl(directory)
+    if crl is None:
+        return None
+    cert_path = directory / CERT_FILE
+    try:
+        ca_cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+    except FileNotFoundError:
+        raise _error(crl_path(directory), "has no ca.pem beside it to check it by") from None
+    except ValueError as error:
+        raise _error(cert_path, f"is not a PEM certificate: {error}") from None
+    public_key = ca_cert.public_key()
+    signed = isinstance(
+        public_key, ec.EllipticCurvePublicKey | rsa.RSAPublicKey | ed25519.Ed25519PublicKey
+    ) and crl.is_signature_valid(public_key)
+    if crl.issuer != ca_cert.subject or not signed:
+        raise _error(crl_path(directory), "is not signed by the CA certificate beside it (ca.pem)")
+    return crl.public_bytes(serialization.Encoding.PEM).decode("ascii")
 
 
 def _records(path: Path, what: str) -> tuple[CertRecord, ...]:

@@ -40,13 +40,22 @@ def litellm_constraints_file() -> Path:
     return Path(str(resources.files("cli.routes").joinpath(LITELLM_CONSTRAINTS)))
 
 
-def router_variables(table: RouteTable, settings: RouterSettings | None = None) -> dict[str, Any]:
-    return {
+def router_variables(
+    table: RouteTable, settings: RouterSettings | None = None, crl: str | None = None
+) -> dict[str, Any]:
+    """The playbook's variables; `crl`: the fleet CA's revocation list (PEM) where this ctl
+    has one, which the routers then refuse revoked engine certificates by. Without it,
+    the routers keep the list they were last given."""
+    variables: dict[str, Any] = {
         "modelfleet_router_config": render(table, settings),
         "modelfleet_router_deployments": deployment_ids(table),
         "modelfleet_router_tested_version": LITELLM_VERSION,
         "modelfleet_router_tested_constraints": litellm_constraints_file().read_text("utf-8"),
+        "modelfleet_router_tls": any(route.tls for route in table.deployments),
     }
+    if crl is not None:
+        variables["modelfleet_router_crl"] = crl
+    return variables
 
 
 class RouterDeployer:
@@ -59,7 +68,9 @@ class RouterDeployer:
         known_hosts: Path,
         log_dir: Path,
         on_run: Callable[[PlaybookRun], None] = lambda _: None,
+        crl: str | None = None,
     ) -> None:
+        self.crl = crl
         self.hosts = tuple(hosts)
         self.inventory = inventory
         self.known_hosts = known_hosts
@@ -72,7 +83,7 @@ class RouterDeployer:
         run = run_playbook(
             PLAYBOOK,
             self.inventory,
-            router_variables(table),
+            router_variables(table, crl=self.crl),
             sorted(self.hosts),
             self.log_dir,
             self.known_hosts,

@@ -30,7 +30,6 @@ from typing import Any, Final
 import yaml
 
 from cli.catalog.schema import NAME_PATTERN
-from cli.pki.paths import CA_PATH
 from cli.routes.table import ReplicaRoute, RouteTable
 from cli.shards.specs import ENGINE_SPECS
 
@@ -42,6 +41,10 @@ LITELLM_CONSTRAINTS: Final = "litellm-constraints.txt"
 
 PROVIDERS: Final = {name: spec.litellm_provider for name, spec in ENGINE_SPECS.items()}
 MASTER_KEY_ENV: Final = "LITELLM_MASTER_KEY"
+# The router's trust bundle (playbooks/deploy_router.yml): the fleet CA's certificate and,
+# once a node certificate was revoked, the CA's CRL, which files/modelfleet_router_tls.py
+# makes LiteLLM's SSL context check.
+ROUTER_TRUST: Final = "/etc/modelfleet/router/trust.pem"
 # LiteLLM replaces a config string that starts with `os.environ/` by that variable's value
 # (litellm/proxy/proxy_server.py, ProxyConfig._check_for_os_environ_vars, and
 # litellm/secret_managers/main.py get_secret, which also reads `oidc/...` as a token
@@ -124,11 +127,12 @@ def litellm_config(table: RouteTable, settings: RouterSettings | None = None) ->
     litellm_settings: dict[str, Any] = {"request_timeout": settings.request_timeout}
     if any(route.tls for route in table.deployments):
         # Engines serving TLS are checked against the fleet's CA, as the router's own node
-        # has it from onboarding. Set for the whole router: LiteLLM 1.108.7's openai and
-        # hosted_vllm clients read only the global litellm.ssl_verify (llms/openai/
-        # common_utils.py, get_ssl_configuration() with no argument), never a deployment's
-        # own `ssl_verify` (tested on the test fleet: a deployment's was ignored).
-        litellm_settings["ssl_verify"] = CA_PATH
+        # has it from onboarding, and the CA's CRL: the bundle deploy_router.yml writes.
+        # Set for the whole router: LiteLLM 1.108.7's openai and hosted_vllm clients read
+        # only the global litellm.ssl_verify (llms/openai/common_utils.py,
+        # get_ssl_configuration() with no argument), never a deployment's own `ssl_verify`
+        # (tested on the test fleet: a deployment's was ignored).
+        litellm_settings["ssl_verify"] = ROUTER_TRUST
     return {
         "model_list": [deployment(r) for r in table.deployments],
         "router_settings": router,

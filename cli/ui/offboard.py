@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from cli.ops.offboard import OffboardPlan
-from cli.pki import node as remote
+from cli.pki.paths import NODE_KEY_PATH
 from cli.ui.plan import render_plan
 
 
@@ -20,7 +20,7 @@ def plan_lines(plan: OffboardPlan) -> list[str]:
     lines += [f"  LOST (--force): {replica}" for replica in plan.loses]
     if plan.host is not None:
         if plan.unreachable is None:
-            lines.append(f"  key: remove {remote.PKI_DIR}/{remote.KEY_FILE} on {plan.node}")
+            lines.append(f"  key: remove {NODE_KEY_PATH} on {plan.node}")
         else:
             lines.append(f"  key: {plan.node} cannot be reached: its key is left on it")
     for record in plan.revoke:

@@ -37,6 +37,7 @@ PLAYBOOKS = {
     "library/modelfleet_stage.py",
     "library/modelfleet_verify.py",
     "callback_plugins/modelfleet_events.py",
+    "files/modelfleet_router_tls.py",
 }
 IN_WHEEL = "cli/_data/playbooks/"
 

@@ -19,7 +19,6 @@ from cryptography.x509.oid import NameOID
 from cli.errors import InputError
 from cli.pki.certs import NodeNames, serial_hex
 from cli.pki.revocation import (
-    CRL_VALIDITY,
     CertRecord,
     is_revoked,
     normal_serial,
@@ -33,6 +32,7 @@ from cli.pki.store import (
     crl_path,
     init_ca,
     issued_records,
+    published_crl,
     read_crl,
     revoked_serials,
 )
@@ -94,7 +94,7 @@ def test_revoking_writes_the_list_and_a_crl_openssl_verifies(ca: CertificateAuth
         assert stat.S_IMODE((ca.directory / name).stat().st_mode) == 0o644
     crl = read_crl(ca.directory)
     assert crl is not None
-    assert crl.next_update_utc == NOW + CRL_VALIDITY
+    assert crl.next_update_utc == ca.cert.not_valid_after_utc  # pushed, never fetched
     assert crl.extensions.get_extension_for_class(x509.CRLNumber).value.crl_number == 1
     assert crl.get_revoked_certificate_by_serial_number(cert.serial_number) is not None
     assert crl.get_revoked_certificate_by_serial_number(other.serial_number) is None
@@ -149,3 +149,23 @@ def test_a_list_file_that_does_not_read_is_bad_input_naming_it(ca: CertificateAu
         revoked_serials(ca.directory)
     assert str(ca.directory / REVOKED_FILE) in str(raised.value)
     assert revoked_serials(ca.directory.parent / "nowhere") == frozenset()
+
+
+def test_the_routers_get_the_crl_only_when_the_cas_certificate_signed_it(
+    ca: CertificateAuthority, tmp_path: Path
+) -> None:
+    assert published_crl(ca.directory) is None  # nothing revoked yet
+    assert published_crl(tmp_path / "no-ca-here") is None
+    cert = issue(ca, "node-3")
+    ca.revoke([CertRecord(serial_hex(cert), "node-3", NOW)], NOW)
+    text = published_crl(ca.directory)
+    assert text is not None and text == (ca.directory / "crl.pem").read_text()
+    # Another CA's CRL in its place: bad input, never handed to the routers.
+    other = init_ca(tmp_path / "other", "other", datetime.now(UTC))
+    other.revoke([CertRecord("abc", "x", NOW)], NOW)
+    (ca.directory / "crl.pem").write_bytes((other.directory / "crl.pem").read_bytes())
+    with pytest.raises(InputError, match="is not signed by the CA certificate beside it"):
+        published_crl(ca.directory)
+    (ca.directory / "crl.pem").write_text("not a CRL\n")
+    with pytest.raises(InputError, match="is not a PEM CRL"):
+        published_crl(ca.directory)

@@ -12,9 +12,9 @@ import yaml
 
 from cli.catalog.load import parse_catalog
 from cli.facts.model import NodeCertificate
-from cli.pki.paths import CA_PATH, NODE_CERT_PATH, NODE_KEY_PATH
+from cli.pki.paths import NODE_CERT_PATH, NODE_KEY_PATH
 from cli.reconcile.planner import plan, serving_certificates
-from cli.routes.litellm import litellm_config, render
+from cli.routes.litellm import ROUTER_TRUST, litellm_config, render
 from cli.routes.table import route_table
 from cli.shards.flags import accepted_options
 from cli.shards.specs import ENGINE_SPECS, Rank, engine_spec
@@ -142,8 +142,8 @@ def test_a_replica_serving_tls_is_routed_over_https_checked_against_the_routers_
         "model": "openai/tiny", "api_base": "http://10.0.0.2:8101/v1", "api_key": "none"
     }  # fmt: skip
     # For the whole router: LiteLLM's openai clients read no deployment's own ssl_verify.
-    assert config["litellm_settings"] == {"request_timeout": 600, "ssl_verify": CA_PATH}
-    assert yaml.safe_load(render(table))["litellm_settings"]["ssl_verify"] == CA_PATH
+    assert config["litellm_settings"] == {"request_timeout": 600, "ssl_verify": ROUTER_TRUST}
+    assert yaml.safe_load(render(table))["litellm_settings"]["ssl_verify"] == ROUTER_TRUST
     only_plain = route_table(models, snapshot(hgx("cpu-2", shards=[plain])), {"cpu-2": "10.0.0.2"})
     assert "ssl_verify" not in litellm_config(only_plain)["litellm_settings"]
 
