@@ -10,7 +10,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,9 +56,29 @@ class Sshd:
         kind, blob = self.host_key_line.split()[:2]
         return f"[{self.address}]:{self.port} {kind} {blob}\n"
 
+    def inventory(self, directory: Path, name: str) -> Path:
+        """An inventory of one node, `name`, that is this sshd (logged in as root with the
+        client key), and its known_hosts: `directory`, made here."""
+        directory.mkdir()
+        (directory / "hosts.yml").write_text(
+            f"all:\n  hosts:\n    {name}:\n      ansible_host: {self.address}\n"
+            f"      ansible_port: {self.port}\n      ansible_user: root\n"
+            f"      ansible_ssh_private_key_file: {self.client_key}\n"
+        )
+        (directory / ".known_hosts").write_text(self.known_hosts_line())
+        return directory
+
 
 @contextmanager
-def running_sshd(directory: Path, *, force_command: str | None = None) -> Iterator[Sshd]:
+def running_sshd(
+    directory: Path,
+    *,
+    force_command: str | None = None,
+    environment: Mapping[str, str] | None = None,
+) -> Iterator[Sshd]:
+    """sshd on 127.0.0.1; `environment`: variables every session gets (sshd's SetEnv), e.g.
+    MODELFLEET_PKI_DIR so that what a test's node reads and writes is a temporary
+    directory, never this machine's /etc/modelfleet."""
     directory.mkdir(parents=True, exist_ok=True)
     host_key = directory / "host_ed25519"
     host_line = keygen(host_key)
@@ -81,6 +101,8 @@ def running_sshd(directory: Path, *, force_command: str | None = None) -> Iterat
     ]
     if force_command:
         lines.append(f"ForceCommand {force_command}")
+    if environment:
+        lines.append("SetEnv " + " ".join(f"{k}={v}" for k, v in environment.items()))
     config.write_text("\n".join(lines) + "\n")
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
     log = (directory / "sshd.log").open("w")

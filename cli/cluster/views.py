@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from cli.cluster.snapshot import NodeView, Snapshot
 from cli.cluster.trust import UNCHECKED
+from cli.pki.certs import renew_after
 
 NODES_FORMAT = "modelfleet.nodes/v1"
 
@@ -30,8 +32,24 @@ def gpu_counts(node: NodeView) -> list[GpuCount] | None:
     return [GpuCount(c, free, total) for c, (free, total) in sorted(counts.items())]
 
 
-def node_notes(node: NodeView) -> list[str]:
-    """The things worth a line under the table: faults, foreign processes, unknowns."""
+def certificate_note(node: NodeView, now: datetime) -> str | None:
+    """What is wrong with the node's certificate at `now`, or None: why it cannot serve
+    TLS, else that it is due for renewal (cli/pki/certs.py renew_after)."""
+    cert = node.certificate
+    if cert is None:
+        return None
+    if cert.problem is not None:
+        return f"certificate: {cert.problem}"
+    if now >= cert.not_after:
+        return f"certificate: expired {cert.not_after:%Y-%m-%d %H:%M} UTC"
+    if now >= renew_after(cert.not_before, cert.not_after):
+        return f"certificate: due for renewal, expires {cert.not_after:%Y-%m-%d %H:%M} UTC"
+    return None
+
+
+def node_notes(node: NodeView, now: datetime | None = None) -> list[str]:
+    """The things worth a line under the table: faults, foreign processes, unknowns; with
+    `now`, a certificate that cannot serve or is due for renewal."""
     notes = []
     if node.cordon is not None:
         notes.append(f"cordoned: {node.cordon}")
@@ -63,6 +81,9 @@ def node_notes(node: NodeView) -> list[str]:
         )
     if node.invalid_shards and not node.catalog_checked:
         notes.append(f"shard records {UNCHECKED}")
+    certificate = None if now is None else certificate_note(node, now)
+    if certificate is not None:
+        notes.append(certificate)
     if not node.in_inventory:
         notes.append("what-if node: in the facts snapshot, not in the inventory")
     notes += node.notes
@@ -73,11 +94,11 @@ def nodes_json(snapshot: Snapshot) -> dict[str, Any]:
     return {
         "format": NODES_FORMAT,
         "at": snapshot.now.isoformat(),
-        "nodes": [_node_json(node) for node in snapshot.nodes],
+        "nodes": [_node_json(node, snapshot.now) for node in snapshot.nodes],
     }
 
 
-def _node_json(node: NodeView) -> dict[str, Any]:
+def _node_json(node: NodeView, now: datetime) -> dict[str, Any]:
     counts = gpu_counts(node)
     # Only when there are some: the keys of a fleet with none stay as they were.
     invalid: dict[str, Any] = {}
@@ -135,5 +156,9 @@ def _node_json(node: NodeView) -> dict[str, Any]:
         else node.model_store.model_dump(mode="json"),
         "shards": [s.model_dump(mode="json") for s in node.shards],
         **invalid,
-        "notes": node_notes(node),
+        # As the node reported it (docs/facts.md, NodeCertificate); null: no node.pem.
+        "certificate": None
+        if node.certificate is None
+        else node.certificate.model_dump(mode="json"),
+        "notes": node_notes(node, now),
     }

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from cli.pki.store import CertificateAuthority
 
 CaDirOption = Annotated[
     Path | None,
@@ -27,6 +31,22 @@ def ca_directory(ca_dir: Path | None) -> Path:
     from cli.pki.store import default_ca_dir
 
     return ca_dir if ca_dir is not None else default_ca_dir()
+
+
+def open_ca(directory: Path, now: datetime) -> CertificateAuthority:
+    """The CA in `directory`, checked (bad files: InputError, exit 2), with a warning on
+    stderr when its certificate ends within 30 days: every command that loads it says so."""
+    from cli.pki.certs import ca_expiry_warning
+    from cli.pki.store import load_ca
+    from cli.ui import console
+
+    ca = load_ca(directory, now)
+    warning = ca_expiry_warning(
+        ca.cert.not_valid_after_utc, now, f"the CA certificate {ca.cert_path}"
+    )
+    if warning is not None:
+        console.err.print(f"warning: {warning}", markup=False, emoji=False, soft_wrap=True)
+    return ca
 
 
 @app.command("init")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cli.commands.ca import CaDirOption, ca_directory
+from cli.commands.ca import CaDirOption, ca_directory, open_ca
 from cli.commands.options import (
     DEFAULT_CATALOG,
     DEFAULT_INVENTORY,
@@ -70,6 +70,7 @@ def offboard(
 ) -> int:
     """Offboard `name` (or print the plan, `dry_run`); the exit code. `ctl deprovision-node`
     runs it first for a node still in the inventory."""
+    from dataclasses import replace
     from datetime import UTC, datetime
 
     from cli.commands.inputs import app_context, read_catalog, read_fleet, require_tools
@@ -77,7 +78,6 @@ def offboard(
     from cli.inventory.load import load_inventory
     from cli.ops import offboard as ops
     from cli.ops.reconcile import plan_pass
-    from cli.pki.store import load_ca
     from cli.ui import console
     from cli.ui.offboard import plan_lines
 
@@ -94,7 +94,7 @@ def offboard(
 
     def run() -> int:
         with console.input_errors():
-            ca = load_ca(ca_directory(ca_dir), now)
+            ca = open_ca(ca_directory(ca_dir), now)  # a CA near its end: a warning
             model = load_inventory(inventory, decrypt)
             present = name in model.names()
             loaded = read_catalog(catalog) if present else None
@@ -108,6 +108,8 @@ def offboard(
                 the_plan = plan_pass(
                     options, loaded, fleet, inventory, frozenset({name}), force, OFFBOARDING
                 )
+                # Renewing certificates is reconcile's and drain's work, not offboarding's.
+                the_plan = replace(the_plan, renewals=(), certificates_due=())
                 held["fleet"] = fleet
                 return fleet, the_plan
 

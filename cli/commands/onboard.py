@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cli.commands.ca import CaDirOption, ca_directory
+from cli.commands.ca import CaDirOption, ca_directory, open_ca
 from cli.commands.options import DEFAULT_INVENTORY, InventoryOption
 
 if TYPE_CHECKING:
@@ -86,7 +86,6 @@ def onboard_node(
     from cli.commands.inputs import app_context
     from cli.edges.ssh import NodeError
     from cli.ops.onboard import Request, onboard
-    from cli.pki.store import load_ca
     from cli.ui import console
 
     options = app_context(context)
@@ -108,7 +107,7 @@ def onboard_node(
 
     with console.input_errors():
         parsed = parse_labels(labels or [])
-        ca = load_ca(ca_directory(ca_dir), now)
+        ca = open_ca(ca_directory(ca_dir), now)
         request = Request(
             name=name,
             inventory=inventory,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from cli.commands.ca import CaDirOption, ca_directory, open_ca
 from cli.commands.options import (
     DEFAULT_CATALOG,
     DEFAULT_INVENTORY,
@@ -22,6 +23,7 @@ from cli.commands.options import (
 if TYPE_CHECKING:
     from cli.catalog.load import Catalog
     from cli.ops.fleet import Fleet
+    from cli.pki.store import CertificateAuthority
     from cli.reconcile.planner import Plan
     from cli.shards.ansible import PlaybookRun
 
@@ -54,12 +56,16 @@ def reconcile(
             " fits nowhere; it starts in the next pass.",
         ),
     ] = False,
+    ca_dir: CaDirOption = None,
 ) -> None:
     """Start, rebuild, move and drain replicas until the fleet runs what the catalog asks.
 
     A pass that would stop more than half of the running replicas with nothing in their
     place (a catalog cut short, a model removed by mistake) asks first on a terminal, and
     without one refuses (exit code 1), unless --yes.
+
+    Node certificates past two thirds of their lifetime are renewed when the CA is here
+    (--ca-dir); without it, each is said, with how to renew it.
 
     Exit code 0 when the fleet matches the catalog (with --dry-run: when the plan brings
     it there), 1 when something could not be done (a replica unplaceable or failed, a
@@ -78,7 +84,7 @@ def reconcile(
             console.out.print(f"--- pass at {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC ---")
         code = reconcile_pass(
             context, catalog, inventory, facts, dry_run, confirmed=yes, as_json=as_json,
-            defragment=defragment,
+            defragment=defragment, ca_dir=ca_dir,
         )  # fmt: skip
         if not watch:
             raise SystemExit(code)
@@ -104,6 +110,7 @@ def drain(
     ] = False,
     catalog: CatalogOption = DEFAULT_CATALOG,
     inventory: InventoryOption = DEFAULT_INVENTORY,
+    ca_dir: CaDirOption = None,
 ) -> None:
     """Cordon NODE, then move its replicas elsewhere, each serving before the old one drains.
 
@@ -122,7 +129,9 @@ def drain(
         require_tools("ansible-playbook")  # before the cordon is written
     evict = frozenset({node})
     if dry_run:
-        code = reconcile_pass(context, catalog, inventory, None, dry_run, evict, force, reason)
+        code = reconcile_pass(
+            context, catalog, inventory, None, dry_run, evict, force, reason, ca_dir=ca_dir
+        )
         raise SystemExit(code)
     from cli.commands.locking import fleet_lock
 
@@ -133,7 +142,9 @@ def drain(
                     cordon_node(inventory, node, reason, app_context(context).decrypt()),
                     markup=False,
                 )
-        code = reconcile_pass(context, catalog, inventory, None, dry_run, evict, force, reason)
+        code = reconcile_pass(
+            context, catalog, inventory, None, dry_run, evict, force, reason, ca_dir=ca_dir
+        )
     raise SystemExit(code)
 
 
@@ -150,15 +161,17 @@ def reconcile_pass(
     confirmed: bool = True,
     as_json: bool = False,
     defragment: bool = False,
+    ca_dir: Path | None = None,
 ) -> int:
     """One pass: plan, show, and (not dry_run) carry out, holding the fleet's lock from the
     first fact gathered to the last change, so two passes never plan on the same state.
     Not `confirmed`: a plan that stops most running replicas is asked about first.
     `as_json`: the plan and what was done as one document on stdout (docs/json.md).
-    `defragment`: moves that make room are planned too (cli/reconcile/planner.py)."""
+    `defragment`: moves that make room are planned too (cli/reconcile/planner.py).
+    `ca_dir`: where the CA that renews node certificates is (default as `ctl ca init`)."""
     args = (
         context, catalog_path, inventory_path, facts_dir, dry_run, evict, force, cordon,
-        confirmed, as_json, defragment,
+        confirmed, as_json, defragment, ca_dir,
     )  # fmt: skip
     if dry_run:
         return _reconcile_pass(*args)
@@ -180,9 +193,10 @@ def _reconcile_pass(
     confirmed: bool,
     as_json: bool,
     defragment: bool,
+    ca_dir: Path | None,
 ) -> int:
     from cli.commands.inputs import app_context, read_catalog, read_fleet, require_tools
-    from cli.ops.reconcile import plan_pass
+    from cli.ops.reconcile import due_certificates, plan_pass
     from cli.reconcile.planner import DRAINING
     from cli.reconcile.report import reconcile_json
     from cli.ui import console
@@ -193,9 +207,15 @@ def _reconcile_pass(
     loaded = read_catalog(catalog_path)
     fleet = read_fleet(context, inventory_path, facts_dir)
     options = app_context(context)
+    directory = ca_directory(ca_dir)
+    ca = None
+    if due_certificates(fleet) and directory.exists():  # the CA is read only when needed
+        with console.input_errors():
+            ca = open_ca(directory, datetime.now(UTC))
     the_plan = plan_pass(
-        options, loaded, fleet, inventory_path, evict, force, cordon or DRAINING, defragment
-    )
+        options, loaded, fleet, inventory_path, evict, force, cordon or DRAINING, defragment,
+        ca, directory,
+    )  # fmt: skip
     if not as_json:
         console.print_lines(render_plan(the_plan))
     if dry_run:
@@ -205,7 +225,10 @@ def _reconcile_pass(
         return console.EXIT_INCOMPLETE if incomplete else console.EXIT_OK
     if not confirmed and not _mass_stop_confirmed(the_plan):
         return console.EXIT_INCOMPLETE
-    return apply_plan(context, fleet, the_plan, inventory_path, loaded, as_json=as_json)
+    return apply_plan(
+        context, fleet, the_plan, inventory_path, loaded, as_json=as_json, ca=ca,
+        ca_dir=directory,
+    )  # fmt: skip
 
 
 def _mass_stop_confirmed(the_plan: Plan) -> bool:
@@ -236,6 +259,8 @@ def apply_plan(
     catalog: Catalog | None = None,
     *,
     as_json: bool = False,
+    ca: CertificateAuthority | None = None,
+    ca_dir: Path | None = None,
 ) -> int:
     """Run `the_plan` on the nodes; say what happened (`as_json`: the plan and the outcome
     as one document); the exit code."""
@@ -247,6 +272,7 @@ def apply_plan(
     applied = ops.apply_plan(
         app_context(context), fleet, the_plan, inventory_path, catalog,
         on_run=say_run, report=lambda line: console.err.print(console.rich_escape(line)),
+        ca=ca, ca_dir=ca_dir,
     )  # fmt: skip
     if as_json:
         console.print_json(

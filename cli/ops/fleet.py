@@ -22,6 +22,7 @@ from cli.facts.store import load_facts_dir
 from cli.inventory.load import load_inventory
 from cli.inventory.schema import Inventory
 from cli.ops.context import AppContext
+from cli.pki.renewal import ca_warnings
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,15 @@ def _from_snapshot(inventory: Inventory, facts_dir: Path, options: AppContext) -
     snapshot = _snapshot(inventory, facts, now, options)
     unreached = {name: f.error for name, f in facts.items() if f.error is not None}
     said = tuple(f"{n}: {e}" for n, e in unreached.items())
-    return Fleet(inventory, facts, snapshot, {}, (*inventory.skipped, *said))
+    return Fleet(
+        inventory, facts, snapshot, {}, (*inventory.skipped, *said, *_ca_warnings(snapshot))
+    )
+
+
+def _ca_warnings(snapshot: Snapshot) -> list[str]:
+    """The CA certificates the nodes hold that end within 30 days: a line each."""
+    held = [node.certificate for node in snapshot.nodes if node.certificate is not None]
+    return ca_warnings(held, snapshot.now)
 
 
 def _snapshot(
@@ -102,7 +111,10 @@ def gather_fleet(
     cache.save(facts)
     unreached = {name: f.error for name, f in facts.items() if f.error is not None}
     snapshot = _snapshot(inventory, facts, moment, options)
-    return Fleet(inventory, facts, snapshot, unreached, (*inventory.skipped, *warnings))
+    return Fleet(
+        inventory, facts, snapshot, unreached,
+        (*inventory.skipped, *warnings, *_ca_warnings(snapshot)),
+    )  # fmt: skip
 
 
 def load_fleet(

@@ -7,9 +7,10 @@
    here, and nothing has been sent to the node.
 3. Write the key to the fleet's known_hosts; log in accepting that key only.
 4. Keep the node's certificate when it is good (this CA, exactly the names known for the
-   node, the node's own key, more than 30 days left), unless --renew. Otherwise the node
-   makes a key and a CSR; the CA checks the CSR's signature and signs the names it knows;
-   the certificate and the CA's certificate are installed; what was installed is read back.
+   node, the node's own key, less than two thirds of its lifetime gone), unless --renew.
+   Otherwise the node makes a key and a CSR; the CA checks the CSR's signature and signs
+   the names it knows; the certificate and the CA's certificate are installed; what was
+   installed is read back.
 5. Add the host to the inventory (a host already there is left as it is).
 
 Errors: InputError (exit 2) for bad input and refused host keys, before anything has
@@ -145,7 +146,10 @@ def onboard(
         request.connect_timeout,
     )
     try:
-        cert, issued, why = _certify(client, request, ca, names, now, say)
+        renew = "--renew" if request.renew else None
+        cert, issued, why = certify(
+            client, request.name, ca, names, now, say, renew, request.command_timeout
+        )
     finally:
         client.close()
 
@@ -294,28 +298,34 @@ def _trusted_host_key(
 # --- 4. the certificate ---------------------------------------------------------------------
 
 
-def _certify(
+def certify(
     client: paramiko.SSHClient,
-    request: Request,
+    name: str,
     ca: CertificateAuthority,
     names: NodeNames,
     now: datetime,
     say: Say,
+    renew: str | None = None,
+    timeout: float = 30.0,
 ) -> tuple[x509.Certificate, bool, tuple[str, ...]]:
-    timeout = request.command_timeout
+    """Keep the node's certificate when it is good, else have the node make a key and CSR
+    and install the certificate this CA signs for `names`; read it back. `renew`: why to
+    replace even a good one (`--renew`). Returns the certificate, whether it was issued
+    now, and why the old one was not kept. Onboarding and reconcile's renewal both run it.
+    """
     state = remote.look(client, timeout)
     if state.uid != 0:
         raise NodeError(f"logged in as uid {state.uid}, not root: only root can write {PKI_DIR}")
     ca_pem = pem(ca.cert)
     why: tuple[str, ...] = ()
     current = _current(state, ca, names, now)
-    if isinstance(current, x509.Certificate) and not request.renew:
+    if isinstance(current, x509.Certificate) and renew is None:
         if state.ca_pem != ca_pem or not _modes_right(state):
             remote.install(client, None, ca_pem, timeout)
         _verify_installed(remote.look(client, timeout), current, ca_pem)
         left = (current.not_valid_after_utc - now).days
         say(
-            f"{request.name}: certificate kept (serial {current.serial_number:x}, {left} days"
+            f"{name}: certificate kept (serial {current.serial_number:x}, {left} days"
             " left; --renew replaces it)"
         )
         return current, False, why
@@ -326,7 +336,7 @@ def _certify(
             "openssl is not installed on the node: install it there (apt-get install openssl,"
             " dnf install openssl) and run ctl onboard-node again; nothing was changed on it"
         )
-    csr_pem = remote.make_csr(client, request.name, timeout)
+    csr_pem = remote.make_csr(client, name, timeout)
     try:
         csr = read_csr(csr_pem)
         cert = ca.issue(csr, names, now)
@@ -334,9 +344,9 @@ def _certify(
         raise NodeError(str(error)) from None
     remote.install(client, pem(cert), ca_pem, timeout)
     _verify_installed(remote.look(client, timeout), cert, ca_pem)
-    reason = f" (the old one: {'; '.join(why)})" if why else " (--renew)" if request.renew else ""
+    reason = f" (the old one: {'; '.join(why)})" if why else f" ({renew})" if renew else ""
     say(
-        f"{request.name}: certificate issued{reason}: serial {cert.serial_number:x},"
+        f"{name}: certificate issued{reason}: serial {cert.serial_number:x},"
         f" {certificate_names(cert)}, valid until {cert.not_valid_after_utc:%Y-%m-%d}"
     )
     return cert, True, why

@@ -11,7 +11,8 @@ import os
 import random
 import unicodedata
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 from cli.catalog.load import Catalog
@@ -24,9 +25,12 @@ from cli.ops.fleet import (
     serving_addresses,
     store_shares,
 )
+from cli.ops.renew import Renewed, renew_certificates
 from cli.ops.staging import ProgressLines, watch_staging
 from cli.ops.tokens import resolve_tokens
-from cli.pki.store import default_ca_dir, published_crl
+from cli.pki.certs import fingerprint
+from cli.pki.renewal import Renewal, due_renewals, sort_out
+from cli.pki.store import CertificateAuthority, default_ca_dir, published_crl
 from cli.reconcile.apply import Outcome, apply
 from cli.reconcile.ledger import ledger_path, load_ledger, save_ledger
 from cli.reconcile.planner import DRAINING, Plan, cordoned, plan
@@ -51,6 +55,13 @@ def ledger_file(options: AppContext, inventory_path: Path) -> Path:
     return ledger_path(inventory_path, options.state)
 
 
+def due_certificates(fleet: Fleet) -> tuple[Renewal, ...]:
+    """The reachable nodes whose certificates are due (cli/pki/renewal.py), at the moment
+    the fleet was seen."""
+    addresses = {host.name: host.address for host in fleet.inventory.hosts}
+    return due_renewals(fleet.snapshot.nodes, addresses, fleet.snapshot.now)
+
+
 def plan_pass(
     options: AppContext,
     catalog: Catalog,
@@ -60,21 +71,28 @@ def plan_pass(
     force: bool = False,
     cordon: str = DRAINING,
     defragment: bool = False,
+    ca: CertificateAuthority | None = None,
+    ca_dir: Path | None = None,
 ) -> Plan:
     """The plan that brings `fleet` to `catalog`; `evict`: nodes being drained, planned as
     cordoned with reason `cordon` (the dry run's plan is the pass's, whose cordon is
     written); `force`: drain even a replica no replacement is found for; `defragment`:
-    moves that make room for a replica that fits nowhere."""
+    moves that make room for a replica that fits nowhere. The certificates due are
+    renewed with `ca`, the CA found in `ca_dir`, and only said without one."""
     addresses, listen = serving_addresses(fleet.inventory)
     networks = rank_networks(fleet.inventory)
     ledger = load_ledger(ledger_file(options, inventory_path))
     # No rng: each failure's jitter comes from the failure itself, so the same inputs give
     # the same plan in a dry run and in the pass (and in `ctl place --all --dry-run`).
     snapshot = cordoned(fleet.snapshot, dict.fromkeys(evict, cordon))
-    return plan(
+    the_plan = plan(
         catalog, snapshot, ledger, addresses, None, evict, listen=listen, force=force,
         networks=networks, stores=model_stores(fleet.inventory), defragment=defragment,
     )  # fmt: skip
+    here = None if ca is None else (ca.name, fingerprint(ca.cert))
+    where = str(ca_dir if ca_dir is not None else default_ca_dir())
+    renew, said = sort_out(due_certificates(fleet), here, where)
+    return replace(the_plan, renewals=renew, certificates_due=said)
 
 
 def router_deployer(
@@ -106,11 +124,15 @@ def apply_plan(
     catalog: Catalog | None,
     on_run: OnRun,
     report: Callable[[str], None],
+    ca: CertificateAuthority | None = None,
+    ca_dir: Path | None = None,
 ) -> Applied:
     """Run `the_plan` on the nodes with the playbooks.
 
     With the `catalog` and an inventory group `routers`, the routers follow every change,
-    and are brought up to date even when the plan is empty."""
+    and are brought up to date even when the plan is empty (with the CRL of the CA in
+    `ca_dir`, router_deployer). The certificates it renews are renewed first, with `ca`,
+    so replicas started in this pass load the new ones."""
     ledger = ledger_file(options, inventory_path)
     # Every token the staging needs, read now: one that is missing is said (exit 2) before
     # anything on a node has changed.
@@ -118,9 +140,12 @@ def apply_plan(
         [start.profile for start in the_plan.starts if any(j.token_key for j in start.stage)],
         os.environ,
     )
+    renewed = renew_planned(options, fleet, the_plan, inventory_path, ca, report)
     # A model waiting out its backoff is short of replicas.min: not done (exit 1).
     complete = not (the_plan.unplaced or the_plan.waits or fleet.partial)
-    deployer = None if catalog is None else router_deployer(options, fleet, inventory_path, on_run)
+    deployer = None
+    if catalog is not None:
+        deployer = router_deployer(options, fleet, inventory_path, on_run, ca_dir=ca_dir)
     router = None
     if deployer is not None and catalog is not None:
         addresses, _ = serving_addresses(fleet.inventory)
@@ -128,9 +153,9 @@ def apply_plan(
     if the_plan.empty:
         save_ledger(ledger, the_plan.ledger)
         why = None if router is None else router.sync()
-        lines = [] if why is None else [f"ROUTERS NOT UPDATED: {why}"]
         routed = Outcome(ledger=dict(the_plan.ledger), route_failures=[] if why is None else [why])
-        return Applied(lines, complete and why is None, routed)
+        said = _renewed_into(routed, renewed)
+        return Applied(said + outcome_lines(routed), complete and routed.complete, routed)
     executor = AnsibleExecutor(
         inventory_path, options.known_hosts(inventory_path), options.logs, on_run=on_run,
         token_values={
@@ -153,8 +178,44 @@ def apply_plan(
     )  # fmt: skip
     rng = random.Random(the_plan.now.isoformat())  # the same inputs, the same backoffs
     outcome = apply(the_plan, executor, fleet.snapshot.now, rng, report, router)
+    said = _renewed_into(outcome, renewed)
     save_ledger(ledger, outcome.ledger)
-    return Applied(outcome_lines(outcome), complete and outcome.complete, outcome)
+    return Applied(said + outcome_lines(outcome), complete and outcome.complete, outcome)
+
+
+def renew_planned(
+    options: AppContext,
+    fleet: Fleet,
+    the_plan: Plan,
+    inventory_path: Path,
+    ca: CertificateAuthority | None,
+    report: Callable[[str], None],
+) -> list[Renewed]:
+    """Renew the certificates `the_plan` renews (none without `ca`), signed now."""
+    if ca is None or not the_plan.renewals:
+        return []
+    report(f"renewing {len(the_plan.renewals)} node certificate(s)")
+    return renew_certificates(
+        the_plan.renewals, fleet.inventory, ca, options.known_hosts(inventory_path),
+        datetime.now(UTC), report, connect_timeout=options.connect_timeout,
+        command_timeout=options.command_timeout, parallel=options.parallel,
+    )  # fmt: skip
+
+
+def _renewed_into(outcome: Outcome, renewed: list[Renewed]) -> list[str]:
+    """Record the renewals in `outcome`; their lines for people."""
+    lines = []
+    for result in renewed:
+        if result.serial is not None and result.not_after is not None:
+            outcome.renewed.append(result.node)
+            lines.append(
+                f"renewed {result.node}: certificate {result.serial},"
+                f" valid until {result.not_after:%Y-%m-%d %H:%M} UTC"
+            )
+        elif result.error is not None:
+            outcome.not_renewed[result.node] = result.error
+            lines.append(f"NOT RENEWED {result.node}: {printable(result.error)}")
+    return lines
 
 
 def _starting(the_plan: Plan) -> dict[str, set[str]]:

@@ -26,7 +26,10 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 CA_VALIDITY = timedelta(days=3650)
 NODE_VALIDITY = timedelta(days=90)
-RENEW_WITHIN = timedelta(days=30)  # a certificate closer than this to its end is renewed
+# A node certificate is renewed once two thirds of its lifetime have passed (30 days
+# before the end of a 90-day one): kubelet's bar is 70-90%, "nobody has to remember".
+RENEW_AFTER_NUMERATOR, RENEW_AFTER_DENOMINATOR = 2, 3
+CA_WARN_WITHIN = timedelta(days=30)  # a CA certificate closer than this to its end: warned
 BACKDATE = timedelta(minutes=5)  # notBefore this far back: a node's clock may be a bit slow
 SERIAL_BITS = 159  # RFC 5280: positive, at most 20 octets; CA/B asks for 64 random bits
 MIN_RSA_BITS = 2048
@@ -168,11 +171,34 @@ def ca_problems(cert: x509.Certificate, key: CAPrivateKey, now: datetime) -> lis
         constraints = None
     if constraints is None or not constraints.ca:
         problems.append("the CA certificate is not a CA certificate (basicConstraints CA:false)")
-    if cert.not_valid_after_utc - now <= RENEW_WITHIN:
-        problems.append(
-            f"the CA certificate expires {_day(cert.not_valid_after_utc)}: make a new CA"
-        )
+    if cert.not_valid_after_utc <= now:
+        problems.append(f"the CA certificate expired {_day(cert.not_valid_after_utc)}: {NEW_CA}")
     return problems
+
+
+NEW_CA = (
+    "make a new CA (ctl ca init --ca-dir NEW_DIR) and onboard every node again with --renew"
+    " from there (docs/onboarding.md, Renewal)"
+)
+
+
+def ca_expiry_warning(
+    not_after: datetime, now: datetime, whose: str = "the CA certificate"
+) -> str | None:
+    """One line when a CA certificate ends within CA_WARN_WITHIN of `now` (or has ended),
+    else None: node certificates it signs can last no longer than it does."""
+    left = not_after - now
+    if left > CA_WARN_WITHIN:
+        return None
+    if left <= timedelta(0):
+        return f"{whose} expired {_day(not_after)}: {NEW_CA}"
+    return f"{whose} expires {_day(not_after)} (in {_left(left)}): {NEW_CA}"
+
+
+def _left(left: timedelta) -> str:
+    if left >= timedelta(days=2):
+        return f"{left.days} days"
+    return f"{int(left.total_seconds() // 3600)} hours"
 
 
 # --- node certificates ----------------------------------------------------------------------
@@ -270,19 +296,35 @@ def sign_node_certificate(
     return builder.sign(ca_key, _hash_for(ca_key))
 
 
+def renew_after(not_before: datetime, not_after: datetime) -> datetime:
+    """When a certificate valid from `not_before` to `not_after` is due for renewal: once
+    two thirds of its lifetime have passed. The one rule, for onboarding and reconcile."""
+    lifetime = not_after - not_before
+    return not_before + lifetime * RENEW_AFTER_NUMERATOR // RENEW_AFTER_DENOMINATOR
+
+
+def lifetime_problem(not_before: datetime, not_after: datetime, now: datetime) -> str | None:
+    """Why a certificate's dates ask for a new one at `now`, or None: expired, or due."""
+    if not_after <= now:
+        return f"expired {_day(not_after)}"
+    due = renew_after(not_before, not_after)
+    if now >= due:
+        return f"past two thirds of its lifetime, expires {_day(not_after)}"
+    return None
+
+
 def certificate_problems(
     cert: x509.Certificate,
     ca_cert: x509.Certificate,
     names: NodeNames,
     now: datetime,
     public_key_der: bytes | None = None,
-    renew_within: timedelta = RENEW_WITHIN,
 ) -> list[str]:
     """Why a node's certificate should be replaced now (empty: it is good to keep).
 
     Good: issued by this CA (its signature checked), for exactly these names, valid now
-    and for longer than `renew_within`, and, when `public_key_der` (the node key's public
-    half, DER SubjectPublicKeyInfo) is given, for that key.
+    and not yet two thirds through its lifetime (renew_after), and, when `public_key_der`
+    (the node key's public half, DER SubjectPublicKeyInfo) is given, for that key.
     """
     problems: list[str] = []
     try:
@@ -294,11 +336,9 @@ def certificate_problems(
         problems.append(f"names {got or '(none)'}, not {names}")
     if cert.not_valid_before_utc > now + BACKDATE:
         problems.append(f"not valid before {_day(cert.not_valid_before_utc)}")
-    if cert.not_valid_after_utc <= now:
-        problems.append(f"expired {_day(cert.not_valid_after_utc)}")
-    elif cert.not_valid_after_utc - now <= renew_within:
-        days = renew_within.days
-        problems.append(f"expires {_day(cert.not_valid_after_utc)}, within {days} days")
+    lifetime = lifetime_problem(cert.not_valid_before_utc, cert.not_valid_after_utc, now)
+    if lifetime is not None:
+        problems.append(lifetime)
     if public_key_der is not None and _public_der(cert.public_key()) != public_key_der:
         problems.append("not for the node's key")
     try:

@@ -30,6 +30,25 @@ import paramiko
 from cli.edges.ssh import NodeError, run
 from cli.pki.paths import CA_FILE, CERT_FILE, KEY_FILE, PKI_DIR
 
+# The file names are re-exported: offboarding names them through this module.
+__all__ = [
+    "CA_FILE",
+    "CERT_FILE",
+    "CERT_MODE",
+    "KEY_FILE",
+    "KEY_MODE",
+    "NO_OPENSSL",
+    "PKI_DIR",
+    "NodeState",
+    "install",
+    "look",
+    "make_csr",
+    "parse_look",
+]
+
+# The directory as each script finds it: MODELFLEET_PKI_DIR in the session's environment
+# moves it (the tests' own sshd sets it; the facts probe reads the same variable).
+_DIR = '"${MODELFLEET_PKI_DIR:-' + PKI_DIR + '}"'
 KEY_MODE = "600"
 CERT_MODE = "644"
 _HEREDOC = "MODELFLEET_PEM_END"
@@ -37,7 +56,7 @@ NO_OPENSSL = 69  # EX_UNAVAILABLE: the script's status when openssl is missing
 
 _LOOK = f"""\
 set -u
-d={PKI_DIR}
+d={_DIR}
 if command -v openssl >/dev/null 2>&1; then echo "openssl yes"; else echo "openssl no"; fi
 echo "uid $(id -u)"
 for f in {KEY_FILE} {CERT_FILE} {CA_FILE}; do
@@ -111,17 +130,17 @@ def parse_look(text: str) -> NodeState:
 
 def make_csr(client: paramiko.SSHClient, name: str, timeout: float) -> bytes:
     """A new key on the node (node.key.new, 0600) and its CSR, which alone comes back."""
-    d = PKI_DIR
     script = f"""\
 set -eu
-{_NO_OPENSSL_CHECK}umask 022
-mkdir -p {d}
-chmod 755 {d}
+{_NO_OPENSSL_CHECK}d={_DIR}
+umask 022
+mkdir -p "$d"
+chmod 755 "$d"
 umask 077
-rm -f {d}/{KEY_FILE}.new
+rm -f "$d/{KEY_FILE}.new"
 openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \\
-  -keyout {d}/{KEY_FILE}.new -subj {shlex.quote("/CN=" + name)}
-chmod {KEY_MODE} {d}/{KEY_FILE}.new
+  -keyout "$d/{KEY_FILE}.new" -subj {shlex.quote("/CN=" + name)}
+chmod {KEY_MODE} "$d/{KEY_FILE}.new"
 """
     result = run(client, script, timeout)
     if result.status == NO_OPENSSL:
@@ -147,8 +166,7 @@ def install(
 ) -> None:
     """Install the CA's certificate, and the node's with the key made for it (when given);
     set every file's mode, whether or not it changed."""
-    d = PKI_DIR
-    lines = ["set -eu", f"d={d}", "umask 022", 'mkdir -p "$d"']
+    lines = ["set -eu", f"d={_DIR}", "umask 022", 'mkdir -p "$d"']
     moves: list[str] = []
     if node_pem is not None:
         lines += [

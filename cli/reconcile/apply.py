@@ -98,10 +98,20 @@ class Outcome:
     phases: list[str] = field(default_factory=list)  # what ran, in order
     ledger: dict[str, Backoff] = field(default_factory=dict)
     route_failures: list[str] = field(default_factory=list)  # router updates that failed
+    # Nodes whose certificate this pass renewed (node.key and node.pem replaced; the
+    # engines' side reloads them), and node → why one due was not (cli/ops/renew.py).
+    renewed: list[str] = field(default_factory=list)
+    not_renewed: dict[str, str] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
-        return not (self.failed or self.stop_failures or self.undrained or self.route_failures)
+        return not (
+            self.failed
+            or self.stop_failures
+            or self.undrained
+            or self.route_failures
+            or self.not_renewed
+        )
 
 
 def apply(

@@ -39,6 +39,7 @@ from cli.cluster.snapshot import (
     with_shards,
 )
 from cli.facts.model import DEFAULT_MODEL_STORE, ShardRecord, store_directory
+from cli.pki.renewal import Renewal
 from cli.placement.moves import make_room, movable
 from cli.placement.place import (
     PlacementRun,
@@ -155,6 +156,10 @@ class Plan:
     ledger: Mapping[str, Backoff] = field(default_factory=dict)
     # Per model, the replicas counted toward replicas.min (healthy, starting, unreachable).
     running: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Node certificates due (cli/pki/renewal.py): renewed in this pass, with the CA here;
+    # and only said, each with why not here and what to run instead.
+    renewals: tuple[Renewal, ...] = ()
+    certificates_due: tuple[Renewal, ...] = ()
 
     @property
     def empty(self) -> bool:

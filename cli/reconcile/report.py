@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from cli.pki.renewal import Renewal
 from cli.placement.explain import replica_placement_json
 from cli.reconcile.apply import Outcome
 from cli.reconcile.planner import Plan, Stop
@@ -81,6 +82,18 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         ],
         "unplaced": [replica_placement_json(placement) for placement in plan.unplaced],
         "running": {model: list(replicas) for model, replicas in plan.running.items()},
+        "renewals": [_renewal_json(renewal) for renewal in plan.renewals],
+        "certificates_due": [_renewal_json(renewal) for renewal in plan.certificates_due],
+    }
+
+
+def _renewal_json(renewal: Renewal) -> dict[str, Any]:
+    return {
+        "node": renewal.node,
+        "why": list(renewal.why),
+        "serial": renewal.serial,
+        "not_after": renewal.not_after.isoformat(),
+        "not_here": renewal.not_here,
     }
 
 
@@ -110,4 +123,6 @@ def outcome_json(outcome: Outcome) -> dict[str, Any]:
         "not_stopped": dict(outcome.stop_failures),
         "not_drained": dict(outcome.undrained),
         "routers_not_updated": list(outcome.route_failures),
+        "renewed": list(outcome.renewed),
+        "not_renewed": dict(outcome.not_renewed),
     }

@@ -24,6 +24,7 @@ def render_plan(plan: Plan) -> list[str]:
     names = [s.replica for s in (*plan.stops, *plan.drains)]
     names += [s.replica for s in plan.starts] + [w.model for w in plan.waits]
     names += [leave.replica for leave in plan.leaves]
+    names += [r.node for r in (*plan.renewals, *plan.certificates_due)]
     width = max((len(n) for n in names), default=0) + 2
     lines = [x for stop in plan.stops for x in _stop_lines("stop", stop, width)]
     for start in plan.starts:
@@ -51,6 +52,17 @@ def render_plan(plan: Plan) -> list[str]:
         )
         for line in refusal_lines(refused):
             lines += wrap("  " + line, "    ")
+    for renewal in plan.renewals:
+        lines += wrap(
+            f"{'renew':<7}{renewal.node:<{width}}certificate: " + "; ".join(renewal.why),
+            " " * (7 + width),
+        )
+    for due in plan.certificates_due:
+        lines += wrap(
+            f"{'due':<7}{due.node:<{width}}certificate: {'; '.join(due.why)};"
+            f" not renewed: {due.not_here}",
+            " " * (7 + width),
+        )
     if not lines:
         lines.append("nothing to do: the fleet runs what the catalog asks")
     return lines

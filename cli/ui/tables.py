@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Literal
 
 from rich.table import Table
@@ -197,6 +198,23 @@ def store_cell(node: NodeView) -> str:
     return text
 
 
+def cert_cell(node: NodeView, now: datetime) -> str:
+    """The node's certificate: the time it has left (`61d`, `5h`), `expired`, `invalid`
+    when it cannot serve TLS for another reason (a note says which), `plain` when the node
+    has none, `?` when the node was never reached."""
+    cert = node.certificate
+    if cert is None:
+        return "?" if node.last_reached is None else "plain"
+    left = cert.not_after - now
+    if left <= timedelta(0):
+        return "expired"
+    if cert.problem is not None:
+        return "invalid"
+    if left >= timedelta(days=1):
+        return f"{left.days}d"
+    return f"{max(1, int(left.total_seconds() // 3600))}h"
+
+
 def labels_cell(node: NodeView) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(node.labels.items())) or "-"
 
@@ -214,6 +232,7 @@ def shards_cell(node: NodeView) -> str:
 NODE_COLUMNS = (
     Column("NAME"),
     Column("STATUS"),
+    Column("CERT"),
     Column("GPUS"),
     Column("MEM", "right"),
     Column("FABRICS"),
@@ -233,6 +252,7 @@ def nodes_table(snapshot: Snapshot, width: int | None = None, wide: bool = False
         row = [
             Cell.of(node.name),
             Cell.of(status.value, STATUS_STYLE[status]),
+            Cell.of(cert_cell(node, snapshot.now)),
             Cell.of(gpus_cell(node)),
             Cell.of(memory_cell(node)),
             Cell.of(fabrics_cell(node)),
@@ -240,16 +260,20 @@ def nodes_table(snapshot: Snapshot, width: int | None = None, wide: bool = False
             Cell.of(shards_cell(node)),
         ]
         if wide:
-            row.insert(4, Cell.of(store_cell(node)))
+            row.insert(5, Cell.of(store_cell(node)))
         rows.append(row)
     columns: tuple[Column, ...] = NODE_COLUMNS
     if wide:
-        columns = (*NODE_COLUMNS[:4], STORE_COLUMN, *NODE_COLUMNS[4:])
+        columns = (*NODE_COLUMNS[:5], STORE_COLUMN, *NODE_COLUMNS[5:])
     return fitted_table(columns, rows, width)
 
 
 def node_notes(snapshot: Snapshot) -> list[str]:
-    return [f"{node.name}: {note}" for node in snapshot.nodes for note in views.node_notes(node)]
+    return [
+        f"{node.name}: {note}"
+        for node in snapshot.nodes
+        for note in views.node_notes(node, snapshot.now)
+    ]
 
 
 def catalog_table(catalog: Catalog, width: int | None = None) -> Table:

@@ -135,11 +135,13 @@ def test_nodes_shows_a_dash_for_memory_that_was_not_reported() -> None:
     result = ctl("nodes", *FLEET_ARGS)
     assert result.returncode == 1, result.stderr  # l40s-2 is Unreachable: its help says 1
     header, *rows = result.stdout.splitlines()
-    assert header.split() == ["NAME", "STATUS", "GPUS", "MEM", "FABRICS", "LABELS", "SHARDS"]
+    assert header.split() == [
+        "NAME", "STATUS", "CERT", "GPUS", "MEM", "FABRICS", "LABELS", "SHARDS",
+    ]  # fmt: skip
     by_name = {row.split()[0]: row for row in rows if row and not row.startswith(" ")}
-    assert re.search(r"cpu-old +Ready +- +- ", by_name["cpu-old"])
-    assert re.search(r"cpu-small +Ready +- +7\.8 ", by_name["cpu-small"])
-    assert re.search(r"hgx-2 +Ready +6/8 H100 +2015 +ib-east 4/4", by_name["hgx-2"])
+    assert re.search(r"cpu-old +Ready +plain +- +- ", by_name["cpu-old"])
+    assert re.search(r"cpu-small +Ready +plain +- +7\.8 ", by_name["cpu-small"])
+    assert re.search(r"hgx-2 +Ready +70d +6/8 H100 +2015 +ib-east 4/4", by_name["hgx-2"])
     assert re.search(r"hgx-4 .* ib-west 3/4 ", by_name["hgx-4"])
     assert "Cordoned" in by_name["hgx-5"] and "Unreachable" in by_name["l40s-2"]
 
@@ -303,7 +305,7 @@ def test_nodes_wide_shows_each_nodes_model_store_and_unknown_as_a_question_mark(
     assert result.returncode == 1, result.stderr  # l40s-2 is Unreachable
     header, *rows = result.stdout.splitlines()
     assert header.split() == [
-        "NAME", "STATUS", "GPUS", "MEM", "STORE", "FABRICS", "LABELS", "SHARDS",
+        "NAME", "STATUS", "CERT", "GPUS", "MEM", "STORE", "FABRICS", "LABELS", "SHARDS",
     ]  # fmt: skip
     by_name = {row.split()[0]: row for row in rows if row and not row.startswith(" ")}
     assert re.search(r" 1008  40 GB free, 1 held \(7 GB\) +- ", by_name["a100-1"])

@@ -193,10 +193,10 @@ def test_ctl_nodes_gathers_live_and_shows_memory(sshd: Sshd, tmp_path: Path) -> 
     result = run_ctl(tmp_path, "nodes", "--inventory", str(inventory))
     assert result.returncode == 0, result.stderr
     header, row = result.stdout.splitlines()[:2]
-    assert header.split()[:4] == ["NAME", "STATUS", "GPUS", "MEM"]
+    assert header.split()[:5] == ["NAME", "STATUS", "CERT", "GPUS", "MEM"]
     local = parse_meminfo(Path("/proc/meminfo").read_text())
     assert local is not None
-    memory = row.split()[3]
+    memory = row.split()[4]
     assert abs(float(memory) - local.total_mib / 1024) < 1, row
 
 

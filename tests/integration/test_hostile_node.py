@@ -27,14 +27,7 @@ print(json.dumps({"code": done.returncode, "peak_kib": peak, "out": done.stdout 
 def test_a_probe_that_prints_100_mb_costs_ctl_8_mib_and_a_note(tmp_path: Path) -> None:
     command = "head -c 100000000 /dev/zero | tr '\\0' x"
     with running_sshd(tmp_path / "sshd", force_command=command) as server:
-        inventory = tmp_path / "inventory"
-        inventory.mkdir()
-        (inventory / "hosts.yml").write_text(
-            f"all:\n  hosts:\n    hostile:\n      ansible_host: {server.address}\n"
-            f"      ansible_port: {server.port}\n      ansible_user: root\n"
-            f"      ansible_ssh_private_key_file: {server.client_key}\n"
-        )
-        (inventory / ".known_hosts").write_text(server.known_hosts_line())
+        inventory = server.inventory(tmp_path / "inventory", "hostile")
         wrapper = subprocess.run(
             [sys.executable, "-c", WRAPPER, sys.executable, "-m", "cli", "--timeout", "60",
              "nodes", "--inventory", str(inventory)],

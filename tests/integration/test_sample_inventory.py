@@ -87,15 +87,16 @@ def test_nodes_on_the_sample_with_a_snapshot_of_its_nodes(tmp_path: Path) -> Non
     result = ctl("nodes", "--inventory", "inventory", "--facts", str(facts))
     assert result.returncode == 0, result.stderr
     assert result.stdout == (
-        "NAME       STATUS  GPUS       MEM  FABRICS      LABELS          SHARDS\n"
-        "cpu-big    Ready   -           63  -            role=coding     -\n"
-        "cpu-small  Ready   -          7.8  -            role=general    -\n"
-        "hgx-1      Ready   8/8 H100  2015  ib-east 4/4  role=inference  -\n"
-        "hgx-2      Ready   6/8 H100  2015  ib-east 4/4  role=inference  llama-3.1-8b-1/0\n"
-        "l40s-1     Ready   4/4 L40S   504  -            role=inference  -\n"
+        "NAME       STATUS  CERT   GPUS       MEM  FABRICS      LABELS          SHARDS\n"
+        "cpu-big    Ready   plain  -           63  -            role=coding     -\n"
+        "cpu-small  Ready   plain  -          7.8  -            role=general    -\n"
+        "hgx-1      Ready   70d    8/8 H100  2015  ib-east 4/4  role=inference  -\n"
+        "hgx-2      Ready   70d    6/8 H100  2015  ib-east 4/4  role=inference  llama-3.1-8b-1/0\n"
+        "l40s-1     Ready   24d    4/4 L40S   504  -            role=inference  -\n"
         "cpu-big: no NVIDIA device on the PCI bus\n"
         "cpu-small: no NVIDIA device on the PCI bus\n"
         "hgx-2: GPU 5: pid 4121 python3\n"
+        "l40s-1: certificate: due for renewal, expires 2026-12-24 16:30 UTC\n"
     )
 
 

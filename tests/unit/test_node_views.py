@@ -281,6 +281,7 @@ def test_the_json_document_names_its_format_time_and_every_field_of_a_node() -> 
                         "certificate": None,
                     }
                 ],
+                "certificate": None,
                 "notes": [
                     "cordoned: maintenance",
                     "GPU 2: ECC",
@@ -307,6 +308,7 @@ def test_the_json_document_names_its_format_time_and_every_field_of_a_node() -> 
                 "labels": {},
                 "model_store": None,
                 "shards": [],
+                "certificate": None,
                 "notes": [
                     "unreachable: timed out",
                     "fabric ib-b: HCA state unknown",

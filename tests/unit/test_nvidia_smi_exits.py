@@ -222,6 +222,6 @@ def test_ctl_nodes_shows_a_cpu_node_with_the_driver_tools_as_having_no_gpus(
     shown = ctl("nodes", "--inventory", str(inventory), "--facts", str(snapshot))
     assert shown.returncode == 0, shown.stderr
     row = next(line for line in shown.stdout.splitlines() if line.startswith("cpu-1 "))
-    assert row.split()[:3] == ["cpu-1", "Ready", "-"]  # GPUS: none, not "?"
+    assert row.split()[:4] == ["cpu-1", "Ready", "plain", "-"]  # GPUS: none, not "?"
     assert "?" not in row
     assert "cpu-1: no NVIDIA device on the PCI bus" in shown.stdout

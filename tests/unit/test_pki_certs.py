@@ -19,10 +19,14 @@ from cli.pki.certs import (
     CertificateError,
     NodeNames,
     build_ca_certificate,
+    ca_expiry_warning,
+    ca_problems,
     certificate_names,
     certificate_problems,
+    lifetime_problem,
     pem,
     read_csr,
+    renew_after,
     sign_node_certificate,
 )
 
@@ -188,10 +192,13 @@ def test_validity_is_bounded_and_never_outlives_the_ca(
     cert = sign(ca)
     assert cert.not_valid_before_utc == FIVE_MINUTES_AGO
     assert cert.not_valid_after_utc == NODE_END == NOW + timedelta(days=90)
-    # 40 days before the CA's end a node gets those 40 days, not 90.
+    # 40 days before the CA's end a node gets those 40 days, not 90; 10 days before, 10
+    # (the CA is warned about, not refused: cli/commands/ca.py open_ca); once it has
+    # ended, nothing.
     assert sign(ca, now=CA_END - timedelta(days=40)).not_valid_after_utc == CA_END
-    with pytest.raises(CertificateError, match="make a new CA"):
-        sign(ca, now=CA_END - timedelta(days=10))
+    assert sign(ca, now=CA_END - timedelta(days=10)).not_valid_after_utc == CA_END
+    with pytest.raises(CertificateError, match="expired 2036-11-29 12:00 UTC: make a new CA"):
+        sign(ca, now=CA_END)
 
 
 def test_a_serial_is_positive_and_at_most_159_bits(
@@ -231,7 +238,7 @@ def test_a_csr_for_a_weak_key_or_garbage_is_refused() -> None:
 # --- whether a certificate is good to keep --------------------------------------------------
 
 
-def test_a_good_certificate_has_no_problems_until_30_days_before_its_end(
+def test_a_good_certificate_has_no_problems_until_two_thirds_of_its_lifetime(
     ca: tuple[ec.EllipticCurvePrivateKey, x509.Certificate],
 ) -> None:
     node_key = ec.generate_private_key(ec.SECP256R1())
@@ -240,11 +247,13 @@ def test_a_good_certificate_has_no_problems_until_30_days_before_its_end(
         serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     )
     assert certificate_problems(cert, ca[1], NAMES, NOW, key_der) == []
-    just_before = NOW + timedelta(days=60) - timedelta(seconds=1)
+    # Valid 90 days and 5 minutes from 11:55: two thirds is 60 days 3 min 20 s later.
+    due = FIVE_MINUTES_AGO + timedelta(days=60, minutes=3, seconds=20)
+    assert renew_after(cert.not_valid_before_utc, cert.not_valid_after_utc) == due
+    just_before = due - timedelta(seconds=1)
     assert certificate_problems(cert, ca[1], NAMES, just_before) == []
-    # Exactly 30 days left is within 30 days.
-    late = certificate_problems(cert, ca[1], NAMES, NOW + timedelta(days=60))
-    assert late == ["expires 2027-03-02 12:00 UTC, within 30 days"]
+    late = certificate_problems(cert, ca[1], NAMES, due)
+    assert late == ["past two thirds of its lifetime, expires 2027-03-02 12:00 UTC"]
     gone = certificate_problems(cert, ca[1], NAMES, NOW + timedelta(days=90))
     assert gone == ["expired 2027-03-02 12:00 UTC"]
 
@@ -290,3 +299,45 @@ def test_openssl_verifies_the_chain_for_tls_server_and_client_use(
         cwd=tmp_path, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert wrong.returncode != 0
+
+
+# --- renewal: one rule, and the CA's end warned about ---------------------------------------
+
+
+def test_renewal_is_due_exactly_at_two_thirds_of_the_lifetime() -> None:
+    start = datetime(2027, 1, 1, tzinfo=UTC)
+    end = start + timedelta(days=90)
+    due = start + timedelta(days=60)
+    assert renew_after(start, end) == due
+    assert lifetime_problem(start, end, due - timedelta(seconds=1)) is None
+    assert lifetime_problem(start, end, due) == (
+        "past two thirds of its lifetime, expires 2027-04-01 00:00 UTC"
+    )
+    assert lifetime_problem(start, end, end - timedelta(seconds=1)) is not None
+    assert lifetime_problem(start, end, end) == "expired 2027-04-01 00:00 UTC"
+    # Any lifetime, to the microsecond: 3 s → due after 2 s.
+    assert renew_after(start, start + timedelta(seconds=3)) == start + timedelta(seconds=2)
+
+
+def test_a_ca_is_warned_about_30_days_before_its_end_and_refused_after_it(
+    ca: tuple[ec.EllipticCurvePrivateKey, x509.Certificate],
+) -> None:
+    end = ca[1].not_valid_after_utc
+    assert ca_expiry_warning(end, end - timedelta(days=30, seconds=1)) is None
+    assert ca_expiry_warning(end, end - timedelta(days=30)) == (
+        "the CA certificate expires 2036-11-29 12:00 UTC (in 30 days): make a new CA"
+        " (ctl ca init --ca-dir NEW_DIR) and onboard every node again with --renew from there"
+        " (docs/onboarding.md, Renewal)"
+    )
+    soon = ca_expiry_warning(end, end - timedelta(hours=5), "the CA on 3 nodes")
+    assert soon is not None and soon.startswith(
+        "the CA on 3 nodes expires 2036-11-29 12:00 UTC (in 5 hours)"
+    )
+    gone = ca_expiry_warning(end, end)
+    assert gone is not None and gone.startswith("the CA certificate expired 2036-11-29")
+    assert ca_problems(ca[1], ca[0], end - timedelta(days=1)) == []
+    assert ca_problems(ca[1], ca[0], end) == [
+        "the CA certificate expired 2036-11-29 12:00 UTC: make a new CA (ctl ca init --ca-dir"
+        " NEW_DIR) and onboard every node again with --renew from there (docs/onboarding.md,"
+        " Renewal)"
+    ]

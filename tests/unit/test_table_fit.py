@@ -89,7 +89,8 @@ def test_cutting_starts_only_when_nothing_can_fold_and_spares_a_kept_column() ->
 def test_nodes_at_80_columns_fold_whole_tokens_and_fit() -> None:
     lines = rendered(nodes_table(busy_fleet(), 80), 80)
     assert max(len(line) for line in lines) <= 80
-    assert lines[0].split() == ["NAME", "STATUS", "GPUS", "MEM", "FABRICS", "LABELS", "SHARDS"]
+    header = ["NAME", "STATUS", "CERT", "GPUS", "MEM", "FABRICS", "LABELS", "SHARDS"]
+    assert lines[0].split() == header
     words = {w for line in lines[1:] for w in line.split()}
     # every token whole: no `role=inferen` / `ce` halves
     tokens = {"rack=r12,", "role=inference,", "zone=eu-west-1a", "big-1/1,", "chat-2/0,"}
