@@ -37,6 +37,7 @@ def issue(
     name: str = "node-1",
     addresses: tuple[str, ...] = ("127.0.0.1",),
     validity: timedelta | None = None,
+    issued_at: datetime | None = None,
 ) -> NodeTls:
     """A new key and certificate for `name`, written as the node's node.key and node.pem
     are: each to a new file renamed over the old, key first (cli/pki/node.py install)."""
@@ -47,15 +48,16 @@ def issue(
         .subject_name(x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, name)]))
         .sign(key, hashes.SHA256())
     )
-    now = datetime.now(UTC)
+    now = issued_at or datetime.now(UTC)
     names = NodeNames.of(name, addresses)
-    if validity is None:
+    if validity is None and issued_at is None:
         cert = ca.issue(csr, names, now)
     else:
         from cli.pki.certs import sign_node_certificate
         from cli.pki.store import random_serial
 
-        cert = sign_node_certificate(ca.key, ca.cert, csr, names, now, random_serial(), validity)
+        lifetime = validity or timedelta(days=90)
+        cert = sign_node_certificate(ca.key, ca.cert, csr, names, now, random_serial(), lifetime)
     key_path, cert_path = directory / "node.key", directory / "node.pem"
     _replace(
         key_path,

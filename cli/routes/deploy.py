@@ -53,8 +53,10 @@ def router_variables(
         "modelfleet_router_tested_constraints": litellm_constraints_file().read_text("utf-8"),
         "modelfleet_router_tls": any(route.tls for route in table.deployments),
     }
-    if crl is not None:
+    if crl:
         variables["modelfleet_router_crl"] = crl
+    elif crl is not None:  # the CA revoked nothing: no list (an empty one reads as null)
+        variables["modelfleet_router_crl_clear"] = True
     return variables
 
 

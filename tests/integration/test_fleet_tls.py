@@ -7,10 +7,10 @@ onboarding leaves them. Then, in steps:
    node-3 at them over https, with the CA to check them against;
 2. `curl` to a shard's port fails TLS verification without the CA and succeeds with it;
    requests by name through the router are answered;
-3. the nodes' certificates are renewed (a new key and certificate, renamed into place as
-   onboarding and renewal do) while clients ask the router for a vLLM model and a
-   llama-server one: vLLM reloads its certificate, the next reconcile replaces the
-   llama-server replica new copy first; not one request fails;
+3. `ctl reconcile` beside the CA renews the nodes' certificates, two thirds through their
+   lives, while clients ask the router for a vLLM model and a llama-server one: vLLM
+   reloads its certificate, the next reconcile replaces the llama-server replica new copy
+   first; not one request fails;
 4. an impostor takes a replica's port — plain HTTP, then TLS with a certificate from
    another CA: `curl --cacert` refuses it and so does the router, which never gets an
    answer from it.
@@ -24,11 +24,15 @@ import subprocess
 import threading
 import time
 import urllib.error
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from cryptography import x509
 
+from cli.pki.certs import serial_hex
 from cli.pki.paths import CA_PATH, NODE_CERT_PATH, NODE_KEY_PATH, PKI_DIR
+from tests.ctl import ctl as run_ctl
 from tests.integration.conftest import LiveFleet
 from tests.integration.test_fleet_reconcile import Ctl, ctl_on_standins
 from tests.integration.test_fleet_routes import ROUTER, Client, ask, with_router
@@ -38,7 +42,7 @@ from tests.unit.test_standin_tls import served_serial
 
 pytestmark = pytest.mark.fleet
 
-CATALOG = """\
+CHAT = """\
 models:
   chat:
     source: hf://meta-llama/Llama-3.1-8B-Instruct
@@ -47,6 +51,10 @@ models:
     profiles:
       - {name: h100x1, priority: 100, engine: vllm, gpu_class: H100, gpus_per_node: 1,
          drain_seconds: 20}
+"""
+CATALOG = (
+    CHAT
+    + """\
   tiny:
     source: file:///srv/models/qwen2.5-0.5b-instruct-q8_0.gguf
     aliases: [small]
@@ -54,6 +62,7 @@ models:
     profiles:
       - {name: cpu, priority: 10, engine: llama.cpp, min_memory_gb: 2, threads: 2}
 """
+)
 
 IMPOSTOR = """\
 import http.server, ssl, sys
@@ -100,6 +109,12 @@ def curl(url: str, *options: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+def node_serial(fleet: LiveFleet, node: str) -> str:
+    """The serial of the certificate in the node's node.pem now."""
+    pem = fleet.ssh(node, f"cat {NODE_CERT_PATH}").stdout.encode()
+    return serial_hex(x509.load_pem_x509_certificate(pem))
+
+
 def endpoints(ctl: Ctl) -> dict[str, str]:
     """model → the url of its one ready replica, from `ctl routes --json`."""
     routes = ctl("routes", "--json")
@@ -121,8 +136,15 @@ def test_the_router_reaches_every_engine_over_tls_through_a_renewal_and_refuses_
     ctl = ctl_on_standins(fleet, tmp_path, CATALOG)
     with_router(ctl, fleet)
     try:
-        for node in nodes:
-            install_pki(fleet, node, issue(ca, tmp_path / node, node, (fleet.address(node),)))
+        # Certificates 45 minutes into a 55-minute life: valid, and past two thirds of it.
+        forty_minutes_ago = datetime.now(UTC) - timedelta(minutes=40)
+        first = {
+            node: issue(ca, tmp_path / node, node, (fleet.address(node),),
+                        validity=timedelta(minutes=50), issued_at=forty_minutes_ago)
+            for node in nodes
+        }  # fmt: skip
+        for node, tls in first.items():
+            install_pki(fleet, node, tls)
 
         # 1. Every replica serves HTTPS, and the router is told so.
         result = ctl("reconcile")
@@ -148,12 +170,14 @@ def test_the_router_reaches_every_engine_over_tls_through_a_renewal_and_refuses_
         for loop in loops:
             loop.start()
         time.sleep(2)
-        renewed = {
-            node: issue(ca, tmp_path / f"{node}-renewed", node, (fleet.address(node),))
-            for node in nodes
-        }
-        for node, tls in renewed.items():
-            install_pki(fleet, node, tls)
+        # ctl beside the CA renews the certificates two thirds through their lives (each a
+        # CSR on its node); the engines that reload do, and the next pass replaces the rest.
+        renewing = run_ctl(
+            *ctl.arguments("reconcile"),
+            env=ctl.environment | {"MODELFLEET_CA_DIR": str(ca.directory)},
+            timeout=600,
+        )
+        renewed = {node: node_serial(fleet, node) for node in nodes}
         time.sleep(3)  # past the refresher's batch of changes
         result = ctl("reconcile")
         time.sleep(2)
@@ -165,6 +189,11 @@ def test_the_router_reaches_every_engine_over_tls_through_a_renewal_and_refuses_
             f"{c.model}: {c.sent} sent, {len(c.failures)} failed {c.failures[:3]}" for c in clients
         )
         print(report)
+        assert renewing.returncode == 0, renewing.stdout + renewing.stderr
+        for node in nodes:
+            assert renewed[node] != first[node].serial, renewing.stdout
+            said = renewing.stdout + renewing.stderr
+            assert f"renewed {node}: certificate {renewed[node]}" in said, said
         assert result.returncode == 0, result.stdout + result.stderr
         assert "serves the node's certificate from before its renewal" in result.stdout
         assert all(client.failures == [] for client in clients), report
@@ -173,9 +202,9 @@ def test_the_router_reaches_every_engine_over_tls_through_a_renewal_and_refuses_
         for replica, placed in shards.items():
             node, record = next((n, r) for n, r in placed if r.rank == 0)
             served = served_serial(record.port or 0, ca.cert_path, fleet.address(node))
-            assert served == renewed[node].serial, (replica, record)
+            assert served == renewed[node], (replica, record)
             if replica.startswith("tiny"):  # a new replica, started on the renewed one
-                assert record.certificate == renewed[node].serial, (replica, record)
+                assert record.certificate == renewed[node], (replica, record)
             else:  # vLLM kept its process and reloaded
                 assert replica in before, (replica, before)
         assert not tiny_before & set(shards), shards
@@ -213,11 +242,11 @@ def test_the_router_reaches_every_engine_over_tls_through_a_renewal_and_refuses_
                 assert checked.returncode != 0 and checked.stdout != "200", (kind, checked)
                 with pytest.raises(urllib.error.HTTPError):
                     ask(fleet, "small", timeout=60)
-                said = fleet.ssh(
+                journal = fleet.ssh(
                     tiny_node, "journalctl", "--unit", "modelfleet-test-impostor",
                     "--no-pager", "--output", "cat",
                 )  # fmt: skip
-                assert "impostor answered /v1" not in said.stdout, (kind, said.stdout)
+                assert "impostor answered /v1" not in journal.stdout, (kind, journal.stdout)
             finally:
                 fleet.ssh(tiny_node, "systemctl", "stop", "modelfleet-test-impostor")
         # The next pass sees the replica's unit down and rebuilds it, checked over TLS.

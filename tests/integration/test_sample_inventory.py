@@ -72,6 +72,7 @@ def test_the_sample_shows_every_setting_the_playbooks_read_from_the_inventory() 
         "modelfleet_router_tested_constraints",
         "modelfleet_router_tls",
         "modelfleet_router_crl",
+        "modelfleet_router_crl_clear",
     }
     assert len(read - passed_by_ctl) == 16  # become, 2 health, 13 router settings
     sample = "".join(path.read_text() for path in SAMPLE.rglob("*.yml"))

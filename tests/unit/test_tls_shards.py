@@ -14,6 +14,7 @@ from cli.catalog.load import parse_catalog
 from cli.facts.model import NodeCertificate
 from cli.pki.paths import NODE_CERT_PATH, NODE_KEY_PATH
 from cli.reconcile.planner import plan, serving_certificates
+from cli.routes.deploy import router_variables
 from cli.routes.litellm import ROUTER_TRUST, litellm_config, render
 from cli.routes.table import route_table
 from cli.shards.flags import accepted_options
@@ -192,3 +193,18 @@ def test_with_no_room_for_the_new_copy_the_old_serves_on_and_says_why() -> None:
     [leave] = made.leaves
     assert leave.replica == "tiny-1"
     assert "old certificate while that is valid" in leave.reason
+
+
+def test_the_routers_keep_drop_or_get_the_cas_revocation_list() -> None:
+    """None: no CA here, the routers keep theirs; "": the CA revoked nothing (an empty
+    string would reach Ansible as null, so it is a flag); else the list itself."""
+    table = route_table(catalog(TINY), snapshot(NodeSpec("cpu-1")), {"cpu-1": "10.0.0.1"})
+    kept = router_variables(table, crl=None)
+    assert "modelfleet_router_crl" not in kept and "modelfleet_router_crl_clear" not in kept
+    cleared = router_variables(table, crl="")
+    assert cleared["modelfleet_router_crl_clear"] is True
+    assert "modelfleet_router_crl" not in cleared
+    given = router_variables(table, crl="-----BEGIN X509 CRL-----\n...\n")
+    assert given["modelfleet_router_crl"].startswith("-----BEGIN X509 CRL-----")
+    assert "modelfleet_router_crl_clear" not in given
+    assert given["modelfleet_router_tls"] is False  # nothing routed serves TLS
