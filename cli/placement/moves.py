@@ -14,13 +14,13 @@ the state ends holding the plan found, or exactly what it held before.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import combinations
+from itertools import combinations, product
 
 from cli.catalog.load import Catalog, CatalogModel, CatalogProfile
 from cli.cluster import NameKey, name_order
-from cli.cluster.snapshot import Reachability, Snapshot
+from cli.cluster.snapshot import NodeView, Reachability, Snapshot
 from cli.placement.place import (
     PlacementRun,
     ReplicaPlacement,
@@ -34,6 +34,8 @@ MOVES_LIMIT = 2  # moves per replica admitted, by default
 # Plans tried per profile, cheapest first: each is a placement per move, and a large
 # fleet offers thousands that all fail alike (no node free enough for the moved copy).
 TRIED_MOST = 200
+# Nodes of a fabric, cheapest to clear first, among which a multi-node replica's are sought.
+NODES_MOST = 24
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,15 +122,13 @@ def _plans(
     """Plans worth trying, fewest moves first, then fewest GPUs reloaded, then by name.
 
     A move helps only if it frees what the profile asks on a node where the profile could
-    then run: a pair moved from one node, one off each of two nodes for a multi-node
-    replica, or one replica moved off that node after another moves out of the way of its
-    new copy (a chain).
+    then run: replicas moved off that node (as few as free enough, at most `limit`), off
+    each of the nodes of one fabric a multi-node replica needs, or one replica moved off
+    that node after another moves out of the way of its new copy (a chain).
     """
     spec = profile.spec
     static = state.static_rejections(profile)
-    eligible = {
-        node.name for node, rejection in zip(state.nodes, static, strict=True) if not rejection
-    }
+    eligible = [node for node, rejection in zip(state.nodes, static, strict=True) if not rejection]
     by_name = {node.name: node for node in state.nodes}
 
     def frees(r: Running) -> bool:
@@ -136,25 +136,53 @@ def _plans(
             return bool(r.shard.gpus) and r.profile.spec.gpu_class == spec.gpu_class
         return bool(spec.min_memory_gb) and bool(r.profile.spec.min_memory_gb)
 
-    def room_after(leaving: Iterable[Running]) -> bool:
-        """Counting only: could a node these leave hold the profile once they have?"""
-        freed: dict[str, list[Running]] = {}
-        for r in leaving:
-            freed.setdefault(r.shard.node, []).append(r)
-        for node_name, gone in freed.items():
-            node = by_name[node_name]
-            if spec.uses_gpus and spec.gpu_class is not None:
-                free = len(state.free_gpus(node, spec.gpu_class, spec.gpu_memory_gb))
-                if free + sum(r.gpus for r in gone) >= spec.gpus_per_node:
-                    return True
-            elif node.memory_total_gib is not None:
-                free_gib = node.memory_total_gib - state.reserved_gib(node)
-                released = sum(r.profile.spec.min_memory_gb or 0.0 for r in gone)
-                if free_gib + released >= (spec.min_memory_gb or 0.0):
-                    return True
-        return False
+    def size(r: Running) -> float:
+        """What the replica's leaving gives back: GPUs, or for a CPU profile GiB."""
+        if spec.uses_gpus and spec.gpu_class is not None:
+            return r.gpus
+        return r.profile.spec.min_memory_gb or 0.0
 
-    pool = [r for r in running if r.shard.node in eligible and frees(r)]
+    def lacks(node: NodeView) -> float | None:
+        """Counting only: what the node lacks for one shard of the profile (≤ 0: none),
+        None when it cannot say."""
+        if spec.uses_gpus and spec.gpu_class is not None:
+            free = len(state.free_gpus(node, spec.gpu_class, spec.gpu_memory_gb))
+            return spec.gpus_per_node - free
+        if node.memory_total_gib is None:
+            return None
+        return (spec.min_memory_gb or 0.0) - (node.memory_total_gib - state.reserved_gib(node))
+
+    on_node: dict[str, list[Running]] = {}
+    open_nodes = {node.name for node in eligible}
+    for r in running:
+        if r.shard.node in open_nodes and frees(r):
+            on_node.setdefault(r.shard.node, []).append(r)
+
+    def clearings(node: NodeView) -> list[tuple[Running, ...]]:
+        """The fewest replicas that leaving the node would make room there, largest first;
+        () when it has room already. Replicas of one profile on a node are alike to a plan,
+        so the first by name stands for the others."""
+        lack = lacks(node)
+        if lack is None:
+            return []
+        if lack <= 0:
+            return [()]
+        kinds: dict[str, list[Running]] = {}
+        for r in sorted(on_node.get(node.name, ()), key=lambda r: name_order(r.replica)):
+            kinds.setdefault(r.profile.key, []).append(r)
+        here = sorted(
+            (r for alike in kinds.values() for r in alike[:limit]),
+            key=lambda r: (-size(r), r.profile.key, name_order(r.replica)),
+        )
+        found: dict[tuple[str, ...], tuple[Running, ...]] = {}
+        for count in range(1, limit + 1):
+            for leaving in combinations(here, count):
+                total = sum(size(r) for r in leaving)
+                # As few as will do: without its smallest, the rest would not.
+                if total >= lack and total - size(leaving[-1]) < lack:
+                    found.setdefault(tuple(r.profile.key for r in leaving), leaving)
+        return list(found.values())
+
     plans: list[tuple[tuple[int, int, tuple[NameKey, ...]], Plan]] = []
 
     def add(plan: Plan) -> None:
@@ -162,28 +190,45 @@ def _plans(
         names = tuple(name_order(r.replica) for r, _ in plan)
         plans.append(((len(plan), cost, names), plan))
 
-    singles = [r for r in pool if room_after([r])]
-    for r in singles:
-        add(((r, frozenset({r.shard.node})),))
+    singles: list[Running] = []  # replicas whose move alone makes room
+    if spec.nodes == 1:
+        for node in eligible:
+            for leaving in clearings(node):
+                if leaving:
+                    target = frozenset({node.name})
+                    add(tuple((r, target) for r in leaving))
+                    if len(leaving) == 1:
+                        singles.append(leaving[0])
+    else:
+        # A replica over several nodes needs that many with room on one fabric: replicas
+        # moved off each that lacks it, none onto any of them.
+        fabrics: dict[str, list[tuple[NodeView, list[tuple[Running, ...]]]]] = {}
+        for node in eligible:
+            found = clearings(node)
+            singles += [c[0] for c in found if len(c) == 1]
+            if found:
+                for view in node.fabrics:
+                    fabrics.setdefault(view.name, []).append((node, found))
+        seen: set[frozenset[str]] = set()
+        for members in fabrics.values():
+            ready = [m for m in members if m[1] == [()]][: spec.nodes]
+            busy = sorted(
+                (m for m in members if m[1] != [()]),
+                key=lambda m: (min(len(c) for c in m[1]), name_order(m[0].name)),
+            )[:NODES_MOST]
+            for group in combinations(ready + busy, spec.nodes):
+                for picked in product(*(m[1] for m in group)):
+                    moving = sorted(
+                        (r for c in picked for r in c),
+                        key=lambda r: (-size(r), name_order(r.replica)),
+                    )
+                    key = frozenset(r.replica for r in moving)
+                    if not moving or len(moving) > limit or key in seen:
+                        continue
+                    seen.add(key)
+                    avoid = frozenset(m[0].name for m in group)
+                    add(tuple((r, avoid) for r in moving))
     if limit >= 2:
-        on_node: dict[str, list[Running]] = {}
-        for r in pool:
-            on_node.setdefault(r.shard.node, []).append(r)
-        for here in on_node.values():  # pairs within a node: never all pairs of a fleet
-            for a, b in combinations(here, 2):
-                alone = room_after([a]) or room_after([b])  # a single move is tried anyway
-                if not alone and room_after([a, b]):
-                    target = frozenset({a.shard.node})
-                    add(((a, target), (b, target)))
-        # A replica over several nodes may need a node freed for each of two ranks, on
-        # one fabric.
-        if spec.nodes > 1:
-            for a, b in combinations(singles, 2):
-                fabrics_a = {f.name for f in by_name[a.shard.node].fabrics}
-                fabrics_b = {f.name for f in by_name[b.shard.node].fabrics}
-                if a.shard.node != b.shard.node and fabrics_a & fabrics_b:
-                    both = frozenset({a.shard.node, b.shard.node})
-                    add(((a, both), (b, both)))
         # A chain: `b` moves out of the way (never onto the node being freed), then `a`'s
         # copy may take b's place.
         for a in singles:

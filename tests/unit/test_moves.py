@@ -104,6 +104,41 @@ def test_two_replicas_on_one_node_move_when_one_is_not_enough() -> None:
 FOREIGN = "python3"
 
 
+def test_three_replicas_move_off_one_node_when_the_limit_allows_three() -> None:
+    # hgx-1 frees only with all three of its replicas gone, to hgx-2's and hgx-3's last
+    # GPUs (other processes hold the rest).
+    nodes = (
+        hgx("hgx-1", shards=[small(f"small-{n}", 2 * n - 2, 2 * n - 1) for n in (1, 2, 3)]),
+        hgx("hgx-2", foreign=dict.fromkeys(range(4), FOREIGN)),
+        hgx("hgx-3", foreign=dict.fromkeys(range(6), FOREIGN)),
+    )  # fmt: skip
+    assert room_for_big(MODELS, *nodes, limit=2) == ([], "-")
+    moves, node = room_for_big(MODELS, *nodes, limit=3)
+    assert sorted(m.split(" → ")[0] for m in moves) == [
+        "small-1 hgx-1 (0, 1)",
+        "small-2 hgx-1 (2, 3)",
+        "small-3 hgx-1 (4, 5)",
+    ]
+    assert node == "hgx-1"
+
+
+def test_a_multi_node_replica_gets_two_nodes_cleared_of_two_replicas_each() -> None:
+    fabric = [("ib-a", ["mlx5_0"])]
+    fleet = snapshot(
+        hgx("hgx-1", shards=[small("small-1", 0, 1), small("small-2", 2, 3)], fabrics=fabric),
+        hgx("hgx-2", shards=[small("small-3", 0, 1), small("small-4", 2, 3)], fabrics=fabric),
+        hgx("hgx-3"),  # on no fabric: room for the small ones
+    )
+    state = PlacementState(fleet)
+    huge = MODELS.models["huge"]
+    assert make_room(huge, "huge-1", state, movable(MODELS, fleet), limit=3) is None
+    room = make_room(huge, "huge-1", state, movable(MODELS, fleet), limit=4)
+    assert room is not None
+    assert sorted(m.replica for m in room.moves) == ["small-1", "small-2", "small-3", "small-4"]
+    assert {m.target.node for m in room.moves} == {"hgx-3"}
+    assert [s.node for s in room.placement.shards] == ["hgx-1", "hgx-2"]
+
+
 def test_a_chain_moves_one_replica_out_of_the_way_of_another() -> None:
     # mid-1 can leave hgx-1 only for hgx-2, once small-1 left it for hgx-3's last two GPUs
     # (other processes hold the rest of hgx-2 and hgx-3).
