@@ -368,6 +368,7 @@ class Outcome:
     repacks: int = 0
     moved: int = 0  # replicas moved by ctl's moves
     gpus_reloaded: int = 0  # by ctl's moves
+    other_profile: int = 0  # ctl's moves whose copy took another profile of its model
     with_moves: int = 0  # arrivals admitted after moves
     seconds: float = 0.0
 
@@ -409,6 +410,7 @@ def run(
             outcome.with_moves += 1
             outcome.moved += len(room.moves)
             outcome.gpus_reloaded += room.gpus_reloaded
+            outcome.other_profile += sum(move.changes_profile for move in room.moves)
         elif policy == "repack":
             wanted = [(r, running[r][0].model) for r in running] + [(event.replica, event.model)]
             layout = repack(catalog, snapshot, running, wanted, time_limit, outcome.solves)
@@ -480,6 +482,7 @@ class StreamResult:
             "admitted_with_moves": m.with_moves,
             "replicas_moved": m.moved,
             "gpus_reloaded": m.gpus_reloaded,
+            "moves_to_another_profile": m.other_profile,
             "pass": self.passes(),
             "by_model": {
                 name: {
@@ -547,7 +550,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{result.moves_ratio:.1%} of repack's, goal ≥ {GOAL_WITH_MOVES:.0%}: "
             f"{verdict(result.passes()['with_moves'])}; {m.with_moves} after {m.moved} moves "
             f"(goal ≤ {GOAL_MOVES_EACH:g} each: {verdict(result.passes()['moves_each'])}), "
-            f"{m.gpus_reloaded} GPUs reloaded\n"
+            f"{m.gpus_reloaded} GPUs reloaded, {m.other_profile} moves to another profile\n"
             f"    repack      {r.admitted:>5} ({r.admitted / r.arrivals:.1%}): "
             f"{solves.count} solves, {solves.proved} proved ({solves.timed_out} timed out), "
             f"{r.repacks} repacks moved {solves.moved} replicas"

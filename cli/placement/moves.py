@@ -56,9 +56,14 @@ class Running:
 class Move:
     replica: str
     model: str
-    profile: CatalogProfile
+    profile: CatalogProfile  # the new copy's
     source: ShardPlacement
     target: ShardPlacement
+    was: CatalogProfile  # the old copy's: another only when no plan kept every profile
+
+    @property
+    def changes_profile(self) -> bool:
+        return self.profile is not self.was
 
 
 @dataclass(frozen=True)
@@ -103,12 +108,18 @@ def make_room(
 ) -> Room | None:
     """The highest-priority profile that fits after at most `limit` moves, with the fewest
     moves and then the fewest GPUs reloaded (among the `TRIED_MOST` cheapest plans of each
-    profile); held on `state`. None: no such plan, `state` as it was."""
+    profile); held on `state`. None: no such plan, `state` as it was.
+
+    Each moved copy keeps its profile if any plan works so; only if none does may a copy
+    take another of its model's profiles (as placement would place it, highest priority
+    first), which is how an H100 node is freed of a replica that may also run on A100s."""
     for profile in model.profiles:
-        for plan in _plans(profile, state, running, limit)[:TRIED_MOST]:
-            room = _try(model, replica, profile, plan, state)
-            if room is not None:
-                return room
+        plans = _plans(profile, state, running, limit)[:TRIED_MOST]
+        for others in (False, True):
+            for plan in plans:
+                room = _try(model, replica, profile, plan, state, others)
+                if room is not None:
+                    return room
     return None
 
 
@@ -261,23 +272,34 @@ def _try(
     profile: CatalogProfile,
     plan: Plan,
     state: PlacementState,
+    others: bool = False,
 ) -> Room | None:
     """Carry the plan out on `state` (make-before-break), then place the replica; or take
-    every step back and say None."""
-    done: list[tuple[Running, ShardPlacement, frozenset[str]]] = []
+    every step back and say None. `others`: a moved copy may take another profile of its
+    model when its own fits nowhere (None at once if no moved replica's model has one:
+    the plan was tried without)."""
+    if others and all(len(moving.model.profiles) == 1 for moving, _ in plan):
+        return None
+    done: list[tuple[Running, CatalogProfile, ShardPlacement, frozenset[str]]] = []
     moves: list[Move] = []
     for moving, avoid in plan:
-        shards, _ = try_profile(
-            moving.profile, state, spread_limit(moving.model), avoid | {moving.shard.node}
-        )
+        away = avoid | {moving.shard.node}
+        spread = spread_limit(moving.model)
+        choices = [moving.profile]
+        if others:
+            choices += [p for p in moving.model.profiles if p is not moving.profile]
+        for target in choices:
+            shards, _ = try_profile(target, state, spread, away)
+            if shards is not None:
+                break
         if shards is None:
             _undo(done, state)
             return None
-        staged = state.hold(moving.replica, moving.profile, shards)
+        staged = state.hold(moving.replica, target, shards)
         state.release(moving.replica, moving.profile, (moving.shard,))
-        done.append((moving, shards[0], staged))
+        done.append((moving, target, shards[0], staged))
         moves.append(
-            Move(moving.replica, moving.model.name, moving.profile, moving.shard, shards[0])
+            Move(moving.replica, moving.model.name, target, moving.shard, shards[0], moving.profile)
         )
     shards, attempt = try_profile(profile, state, spread_limit(model))
     if shards is None:
@@ -289,12 +311,13 @@ def _try(
 
 
 def _undo(
-    done: Sequence[tuple[Running, ShardPlacement, frozenset[str]]], state: PlacementState
+    done: Sequence[tuple[Running, CatalogProfile, ShardPlacement, frozenset[str]]],
+    state: PlacementState,
 ) -> None:
     # The old copy held again as it was (what it had staged, it still has).
-    for moving, target, staged in reversed(done):
+    for moving, profile, target, staged in reversed(done):
         state.hold(moving.replica, moving.profile, (moving.shard,))
-        state.release(moving.replica, moving.profile, (target,), unstage=staged)
+        state.release(moving.replica, profile, (target,), unstage=staged)
 
 
 def rooms_for(

@@ -137,7 +137,9 @@ def test_a_plan_keeps_every_hard_constraint_and_every_replica_at_every_step(
     floor = {m: min(counts[m], MODELS.models[m].replicas_min) for m in counts}
     for move in room.moves:
         source = movable[move.replica]  # a running single-node replica, as it ran
-        assert move.source == source.shard and move.profile is source.profile
+        assert move.source == source.shard and move.was is source.profile
+        # The copy: its own profile, or (when no plan kept every profile) another of its model's.
+        assert move.profile.model == source.profile.model
         assert move.target.node != move.source.node
         position = [n.name for n in state.nodes].index(move.target.node)
         node = state.nodes[position]
@@ -148,7 +150,7 @@ def test_a_plan_keeps_every_hard_constraint_and_every_replica_at_every_step(
         assert len(move.target.gpus) == spec.gpus_per_node
         assert set(move.target.gpus) <= set(state.free_gpus(node, spec.gpu_class))
         state.hold(move.replica, move.profile, (move.target,))  # make ...
-        state.release(move.replica, move.profile, (move.source,))  # ... before break
+        state.release(move.replica, move.was, (move.source,))  # ... before break
         # Never fewer replicas of any model than before the plan, so never below min.
         now = {m: sum(state.replica_counts(m).values()) for m in counts}
         assert all(now[m] >= counts[m] >= floor[m] for m in counts)

@@ -10,7 +10,7 @@ from cli.placement.moves import make_room, movable, rooms_for
 from cli.placement.place import Verdict, place, place_replica
 from cli.placement.state import PlacementState
 from cli.ui.placement import render_run
-from tests.builders import catalog, hgx, shard, snapshot
+from tests.builders import NodeSpec, catalog, hgx, pairs, shard, snapshot
 
 MODELS = catalog(
     """\
@@ -42,6 +42,12 @@ MODELS = catalog(
         profiles:
           - {name: h100-2x8, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 8,
              nodes: 2, tensor_parallel: 16}
+      coder:
+        source: hf://org/coder
+        replicas: {min: 0, max: 16}
+        profiles:
+          - {name: h100x4, priority: 2, engine: vllm, gpu_class: H100, gpus_per_node: 4}
+          - {name: a100x4, priority: 1, engine: vllm, gpu_class: A100, gpus_per_node: 4}
     """
 )
 
@@ -172,6 +178,31 @@ def test_a_multi_node_replica_gets_a_node_freed_for_each_rank() -> None:
     assert [s.node for s in room.placement.shards] == ["hgx-1", "hgx-2"]
 
 
+def test_a_moved_copy_takes_another_profile_only_when_its_own_fits_nowhere() -> None:
+    coder = shard("coder-1", "coder", range(4), profile="h100x4")
+    a100 = NodeSpec("a100-1", "A100", 8, pairs(8))
+    # Only the A100 node has room for coder-1's copy: it moves there as a100x4.
+    fleet = snapshot(
+        hgx("hgx-1", shards=[coder]), hgx("hgx-2", foreign=dict.fromkeys(range(6), FOREIGN)), a100
+    )
+    run = place(MODELS, fleet, ["big"])
+    room = rooms_for(run, MODELS, fleet)["big-1"]
+    [move] = room.moves
+    assert (move.was.name, move.profile.name, move.target.node) == ("h100x4", "a100x4", "a100-1")
+    assert "  fits on hgx-1 after moving coder-1 (hgx-1 GPU 0-3 → a100-1 GPU 0-3 as a100x4)" in (
+        render_run(run, 200, {"big-1": room})
+    )
+    assert placement_json(run, {}, {"big-1": room})["rooms"]["big-1"]["moves"][0]["profile"] == (
+        "a100x4"
+    )
+    # With room on another H100 node, the copy keeps its profile.
+    fleet = snapshot(
+        hgx("hgx-1", shards=[coder]), hgx("hgx-2", foreign=dict.fromkeys(range(4), FOREIGN)), a100
+    )
+    [move] = rooms_for(place(MODELS, fleet, ["big"]), MODELS, fleet)["big-1"].moves
+    assert (move.profile.name, move.target.node) == ("h100x4", "hgx-2")
+
+
 def test_a_multi_node_replica_never_moves() -> None:
     wide = [shard("wide-1", "wide", (0, 1, 2, 3), rank, profile="h100-2x4", nodes=2)
             for rank in (0, 1)]  # fmt: skip
@@ -242,6 +273,7 @@ def test_place_json_carries_the_moves_of_each_room() -> None:
                     "model": "small",
                     "from": {"node": "hgx-1", "gpus": [0, 1]},
                     "to": {"node": "hgx-2", "gpus": [6, 7]},
+                    "profile": "h100x2",
                 }
             ],
             "gpus_reloaded": 2,
