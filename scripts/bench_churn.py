@@ -34,7 +34,7 @@ moves ≥ 99% at ≤ 2 moves per replica they admit) prints PASS or FAIL per str
 absolute time is a goal. Exit 0 whatever the verdicts, 2 without OR-Tools.
 
     pip install -e '.[bench]'     # OR-Tools
-    python scripts/bench_churn.py [--quick] [--time-limit SECONDS]
+    python scripts/bench_churn.py [--quick | --stream NAME ...] [--time-limit SECONDS]
 """
 
 from __future__ import annotations
@@ -522,6 +522,12 @@ def verdict(ok: bool) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="the small streams only")
+    parser.add_argument(
+        "--stream",
+        action="append",
+        choices=[stream.name for stream in FULL],
+        help="this stream only, seeded as in a full run (again for more than one)",
+    )
     parser.add_argument("--time-limit", type=float, default=TIME_LIMIT, help="seconds per solve")
     args = parser.parse_args(argv)
     try:
@@ -529,14 +535,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError:
         print("bench_churn needs OR-Tools: pip install -e '.[bench]'", file=sys.stderr)
         return 2
-    streams = QUICK if args.quick else FULL
+    streams: tuple[Stream, ...] = QUICK if args.quick else FULL
+    if args.stream:
+        streams = tuple(stream for stream in FULL if stream.name in args.stream)
     print(
         f"churn benchmark: seed {SEED}, offered load {LOAD:.0%} of the GPUs, "
         f"{args.time_limit:g} s per solve, Python {platform.python_version()}"
     )
-    results = [
-        measure(stream, SEED + position, args.time_limit) for position, stream in enumerate(streams)
-    ]
+    results = [measure(stream, SEED + FULL.index(stream), args.time_limit) for stream in streams]
     for result in results:
         a, m, r = result.at_once, result.moves, result.repack
         solves = r.solves
