@@ -13,8 +13,9 @@ Three policies see the same events:
 - **at once**: ctl's placement, `place_replica()` per arrival on one `PlacementState` that
   holds every admitted replica and releases each as it leaves; a refused arrival is lost.
 - **with moves**: the same, but a refused arrival gets ctl's moves that make room
-  (cli/placement/moves.py: at most 2 moves of running single-node replicas,
-  make-before-break), and is lost only if there are none.
+  (cli/placement/moves.py: at most 3 moves of running single-node replicas,
+  make-before-break, a copy on another profile of its model only when no plan keeps
+  them), and is lost only if there are none.
 - **repack**: the same as at once, but a refused arrival asks CP-SAT (OR-Tools) whether
   every running replica plus the new one fit if all may move — same classes, GPU counts,
   memory, node selectors, one fabric per multi-node replica. If so the fleet takes the

@@ -30,7 +30,7 @@ from cli.placement.place import (
 )
 from cli.placement.state import PlacementState, ShardPlacement
 
-MOVES_LIMIT = 2  # moves per replica admitted, by default
+MOVES_LIMIT = 3  # moves per replica admitted, by default
 # Plans tried per profile, cheapest first: each is a placement per move, and a large
 # fleet offers thousands that all fail alike (no node free enough for the moved copy).
 TRIED_MOST = 200
