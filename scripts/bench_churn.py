@@ -35,7 +35,7 @@ moves ≥ 99% at ≤ 2 moves per replica they admit) prints PASS or FAIL per str
 absolute time is a goal. Exit 0 whatever the verdicts, 2 without OR-Tools.
 
     pip install -e '.[bench]'     # OR-Tools
-    python scripts/bench_churn.py [--quick | --stream NAME ...] [--time-limit SECONDS]
+    python scripts/bench_churn.py [--quick | --stream NAME ...] [--time-limit SECONDS] [--seed N]
 """
 
 from __future__ import annotations
@@ -530,6 +530,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="this stream only, seeded as in a full run (again for more than one)",
     )
     parser.add_argument("--time-limit", type=float, default=TIME_LIMIT, help="seconds per solve")
+    parser.add_argument(
+        "--seed", type=int, default=SEED, help="the first stream's seed; each next one's is +1"
+    )
     args = parser.parse_args(argv)
     try:
         import ortools  # noqa: F401
@@ -540,10 +543,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.stream:
         streams = tuple(stream for stream in FULL if stream.name in args.stream)
     print(
-        f"churn benchmark: seed {SEED}, offered load {LOAD:.0%} of the GPUs, "
+        f"churn benchmark: seed {args.seed}, offered load {LOAD:.0%} of the GPUs, "
         f"{args.time_limit:g} s per solve, Python {platform.python_version()}"
     )
-    results = [measure(stream, SEED + FULL.index(stream), args.time_limit) for stream in streams]
+    results = [
+        measure(stream, args.seed + FULL.index(stream), args.time_limit) for stream in streams
+    ]
     for result in results:
         a, m, r = result.at_once, result.moves, result.repack
         solves = r.solves
@@ -574,7 +579,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         json.dumps(
             {
                 "bench": "churn",
-                "seed": SEED,
+                "seed": args.seed,
                 "python": platform.python_version(),
                 "load": LOAD,
                 "time_limit": args.time_limit,
