@@ -164,9 +164,8 @@ def _plans(
         return (spec.min_memory_gb or 0.0) - (node.memory_total_gib - state.reserved_gib(node))
 
     on_node: dict[str, list[Running]] = {}
-    open_nodes = {node.name for node in eligible}
     for r in running:
-        if r.shard.node in open_nodes and frees(r):
+        if frees(r):
             on_node.setdefault(r.shard.node, []).append(r)
 
     def clearings(node: NodeView) -> list[tuple[Running, ...]]:
@@ -272,7 +271,7 @@ def _try(
     profile: CatalogProfile,
     plan: Plan,
     state: PlacementState,
-    others: bool = False,
+    others: bool,
 ) -> Room | None:
     """Carry the plan out on `state` (make-before-break), then place the replica; or take
     every step back and say None. `others`: a moved copy may take another profile of its
