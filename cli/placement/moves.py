@@ -6,7 +6,8 @@ and hard constraints as any replica (so never on a cordoned, unreachable or faul
 and only then is the old copy released, so no model ever runs fewer replicas than before,
 let alone fewer than its `replicas.min`. Moves run one after another; the waiting replica
 is placed after the last. A multi-node replica never moves: it is the least movable thing
-and the most expensive to reload.
+and the most expensive to reload. A copy keeps its replica's profile unless no plan works
+that way; then it may take another profile of its model, as placement would.
 
 Pure: it tries each plan on the run's PlacementState and takes back what did not work, so
 the state ends holding the plan found, or exactly what it held before.
