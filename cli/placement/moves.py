@@ -314,10 +314,13 @@ def _undo(
     done: Sequence[tuple[Running, CatalogProfile, ShardPlacement, frozenset[str]]],
     state: PlacementState,
 ) -> None:
-    # The old copy held again as it was (what it had staged, it still has).
+    # The old copy held again as it was, the copy's weights unstaged where it staged them;
+    # and the old copy's where holding it again staged them (its node's store did not
+    # report them): they were not staged before the plan either.
     for moving, profile, target, staged in reversed(done):
-        state.hold(moving.replica, moving.profile, (moving.shard,))
+        again = state.hold(moving.replica, moving.profile, (moving.shard,))
         state.release(moving.replica, profile, (target,), unstage=staged)
+        state.release(moving.replica, moving.profile, (), unstage=again)
 
 
 def rooms_for(

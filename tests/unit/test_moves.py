@@ -165,6 +165,11 @@ def test_a_multi_node_replica_gets_two_nodes_cleared_of_two_replicas_each() -> N
     assert sorted(m.replica for m in room.moves) == ["small-1", "small-2", "small-3", "small-4"]
     assert {m.target.node for m in room.moves} == {"hgx-3"}
     assert [s.node for s in room.placement.shards] == ["hgx-1", "hgx-2"]
+    assert [state.held_by(node, "H100") for node in state.nodes] == [
+        {"huge-1": list(range(8))},
+        {"huge-1": list(range(8))},
+        {f"small-{n}": [2 * n - 2, 2 * n - 1] for n in (1, 2, 3, 4)},
+    ]
 
 
 def test_a_chain_moves_one_replica_out_of_the_way_of_another() -> None:
@@ -416,31 +421,39 @@ def test_a_plan_whose_replica_still_does_not_fit_is_taken_back() -> None:
         hgx("hgx-2", shards=[mid("mid-1", 0), shard("other-2", "other", (), memory_gib=200)]),
     )
     state = PlacementState(fleet)
-    before = {n.name: state.free_gpus(n, "H100") for n in state.nodes}
+
+    def held() -> dict[str, object]:
+        sources = ("hf://org/small", "hf://org/mid")
+        return {
+            n.name: (state.free_gpus(n, "H100"), [state.will_hold(n, s) for s in sources])
+            for n in state.nodes
+        }
+
+    before = held()
     assert make_room(MODELS.models["fat"], "fat-1", state, movable(MODELS, fleet)) is None
-    assert {n.name: state.free_gpus(n, "H100") for n in state.nodes} == before
+    assert held() == before  # the GPUs, and no copy's weights left to stage
     assert state.replica_counts("small") == {"hgx-1": 1}
 
 
 def test_only_running_single_node_replicas_of_known_profiles_move() -> None:
-    wide = shard("wide-1", "wide", (0, 1, 2, 3), 0, profile="h100-2x4", nodes=2)
+    wide = shard("wide-1", "wide", (0, 1), 0, profile="h100-2x4", nodes=2)
     fleet = snapshot(
         hgx("hgx-1", cordoned="PSU", shards=[small("small-1", 0, 1)]),
         hgx(
             "hgx-2",
             shards=[
                 wide,  # over two nodes
-                shard("stray-1", "stray", (4,), profile="p"),  # a model not in the catalog
-                shard("small-2", "small", (5,), profile="h100x2", state="failed"),
-                shard("small-3", "small", (6,), profile="gone"),  # a profile no longer there
-                shard("small-4", "small", (7,), profile="h100x2", memory_gib=8),  # not its
+                shard("stray-1", "stray", (2,), profile="p"),  # a model not in the catalog
+                shard("small-2", "small", (3,), profile="h100x2", state="failed"),
+                shard("small-3", "small", (4,), profile="gone"),  # a profile no longer there
+                shard("small-4", "small", (5,), profile="h100x2", memory_gib=8),  # not its
+                small("small-5", 6, 7),  # and one that moves, after all these
             ],
         ),
-        hgx("hgx-3", shards=[small("small-5", 2, 3)]),
     )
     (profile,) = MODELS.models["small"].profiles
     assert movable(MODELS, fleet) == [
         Running(
-            MODELS.models["small"], "small-5", profile, ShardPlacement("hgx-3", 0, (2, 3), (), None)
+            MODELS.models["small"], "small-5", profile, ShardPlacement("hgx-2", 0, (6, 7), (), None)
         )
     ]
