@@ -110,6 +110,12 @@ def free_map(state: PlacementState) -> dict[str, list[int]]:
     return {n.name: sorted(state.free_gpus(n, c)) for n in state.nodes for c in ("H100", "A100")}
 
 
+def staged_map(state: PlacementState) -> dict[str, list[str]]:
+    """Per node, the models whose weights it holds or the run will have staged there."""
+    sources = {name: model.profiles[0].source for name, model in MODELS.models.items()}
+    return {n.name: [m for m, s in sources.items() if state.will_hold(n, s)] for n in state.nodes}
+
+
 def refused(case: Scenario) -> bool:
     state, _ = case.state()
     return not place_replica(MODELS.models[case.waiting], "probe", state).placed
@@ -135,9 +141,11 @@ def check_plan(seed: int, limit: int) -> None:
         return  # moves are for a replica that does not fit
     before_state, _ = case.state()
     before = free_map(before_state)
+    staged = staged_map(before_state)
     room, after_state, running = attempt(case, limit)
     if room is None:
         assert free_map(after_state) == before  # every tried step taken back
+        assert staged_map(after_state) == staged  # no weights left to stage
         return
     assert 1 <= len(room.moves) <= limit
     movable = {r.replica: r for r in running}
@@ -174,6 +182,7 @@ def check_plan(seed: int, limit: int) -> None:
         assert set(shard.gpus) <= set(state.free_gpus(node, placement.profile.spec.gpu_class))
     state.hold(placement.replica, placement.profile, placement.shards)
     assert free_map(state) == free_map(after_state)  # make_room left this very state
+    assert staged_map(state) == staged_map(after_state)  # nor staged what plans taken back did
 
 
 def outcome(seed: int) -> str:
