@@ -13,8 +13,9 @@ Three policies see the same events:
 - **at once**: ctl's placement, `place_replica()` per arrival on one `PlacementState` that
   holds every admitted replica and releases each as it leaves; a refused arrival is lost.
 - **with moves**: the same, but a refused arrival gets ctl's moves that make room
-  (cli/placement/moves.py: at most 2 moves of running single-node replicas,
-  make-before-break), and is lost only if there are none.
+  (cli/placement/moves.py: at most 3 moves of running single-node replicas,
+  make-before-break, a copy on another profile of its model only when no plan keeps
+  them), and is lost only if there are none.
 - **repack**: the same as at once, but a refused arrival asks CP-SAT (OR-Tools) whether
   every running replica plus the new one fit if all may move — same classes, GPU counts,
   memory, node selectors, one fabric per multi-node replica. If so the fleet takes the
@@ -34,7 +35,7 @@ moves ≥ 99% at ≤ 2 moves per replica they admit) prints PASS or FAIL per str
 absolute time is a goal. Exit 0 whatever the verdicts, 2 without OR-Tools.
 
     pip install -e '.[bench]'     # OR-Tools
-    python scripts/bench_churn.py [--quick] [--time-limit SECONDS]
+    python scripts/bench_churn.py [--quick | --stream NAME ...] [--time-limit SECONDS] [--seed N]
 """
 
 from __future__ import annotations
@@ -368,6 +369,7 @@ class Outcome:
     repacks: int = 0
     moved: int = 0  # replicas moved by ctl's moves
     gpus_reloaded: int = 0  # by ctl's moves
+    other_profile: int = 0  # ctl's moves whose copy took another profile of its model
     with_moves: int = 0  # arrivals admitted after moves
     seconds: float = 0.0
 
@@ -409,6 +411,7 @@ def run(
             outcome.with_moves += 1
             outcome.moved += len(room.moves)
             outcome.gpus_reloaded += room.gpus_reloaded
+            outcome.other_profile += sum(move.changes_profile for move in room.moves)
         elif policy == "repack":
             wanted = [(r, running[r][0].model) for r in running] + [(event.replica, event.model)]
             layout = repack(catalog, snapshot, running, wanted, time_limit, outcome.solves)
@@ -480,6 +483,7 @@ class StreamResult:
             "admitted_with_moves": m.with_moves,
             "replicas_moved": m.moved,
             "gpus_reloaded": m.gpus_reloaded,
+            "moves_to_another_profile": m.other_profile,
             "pass": self.passes(),
             "by_model": {
                 name: {
@@ -519,20 +523,31 @@ def verdict(ok: bool) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="the small streams only")
+    parser.add_argument(
+        "--stream",
+        action="append",
+        choices=[stream.name for stream in FULL],
+        help="this stream only, seeded as in a full run (again for more than one)",
+    )
     parser.add_argument("--time-limit", type=float, default=TIME_LIMIT, help="seconds per solve")
+    parser.add_argument(
+        "--seed", type=int, default=SEED, help="the first stream's seed; each next one's is +1"
+    )
     args = parser.parse_args(argv)
     try:
         import ortools  # noqa: F401
     except ImportError:
         print("bench_churn needs OR-Tools: pip install -e '.[bench]'", file=sys.stderr)
         return 2
-    streams = QUICK if args.quick else FULL
+    streams: tuple[Stream, ...] = QUICK if args.quick else FULL
+    if args.stream:
+        streams = tuple(stream for stream in FULL if stream.name in args.stream)
     print(
-        f"churn benchmark: seed {SEED}, offered load {LOAD:.0%} of the GPUs, "
+        f"churn benchmark: seed {args.seed}, offered load {LOAD:.0%} of the GPUs, "
         f"{args.time_limit:g} s per solve, Python {platform.python_version()}"
     )
     results = [
-        measure(stream, SEED + position, args.time_limit) for position, stream in enumerate(streams)
+        measure(stream, args.seed + FULL.index(stream), args.time_limit) for stream in streams
     ]
     for result in results:
         a, m, r = result.at_once, result.moves, result.repack
@@ -547,7 +562,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{result.moves_ratio:.1%} of repack's, goal ≥ {GOAL_WITH_MOVES:.0%}: "
             f"{verdict(result.passes()['with_moves'])}; {m.with_moves} after {m.moved} moves "
             f"(goal ≤ {GOAL_MOVES_EACH:g} each: {verdict(result.passes()['moves_each'])}), "
-            f"{m.gpus_reloaded} GPUs reloaded\n"
+            f"{m.gpus_reloaded} GPUs reloaded, {m.other_profile} moves to another profile\n"
             f"    repack      {r.admitted:>5} ({r.admitted / r.arrivals:.1%}): "
             f"{solves.count} solves, {solves.proved} proved ({solves.timed_out} timed out), "
             f"{r.repacks} repacks moved {solves.moved} replicas"
@@ -564,7 +579,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         json.dumps(
             {
                 "bench": "churn",
-                "seed": SEED,
+                "seed": args.seed,
                 "python": platform.python_version(),
                 "load": LOAD,
                 "time_limit": args.time_limit,

@@ -52,7 +52,7 @@ def reconcile(
         bool,
         typer.Option(
             "--defragment",
-            help="Move running replicas (at most 2 for each) to make room for one that"
+            help="Move running replicas (at most 3 for each) to make room for one that"
             " fits nowhere; it starts in the next pass.",
         ),
     ] = False,

@@ -110,10 +110,13 @@ def refusal_lines(placement: ReplicaPlacement) -> list[str]:
 
 
 def room_line(room: Room) -> str:
-    """`fits on hgx-4 after moving coder-3 (hgx-4 GPU 6-7 → hgx-2 GPU 4-5)`."""
+    """`fits on hgx-4 after moving coder-3 (hgx-4 GPU 6-7 → hgx-2 GPU 4-5)`; a copy that
+    takes another profile says which (`→ a100-2 GPU 0-3 as a100x4`)."""
     where = " and ".join(shard.node for shard in room.placement.shards)
     moves = ", then ".join(
-        f"{move.replica} ({_where(move.source)} → {_where(move.target)})" for move in room.moves
+        f"{move.replica} ({_where(move.source)} → {_where(move.target)}"
+        f"{f' as {move.profile.name}' if move.changes_profile else ''})"
+        for move in room.moves
     )
     return f"fits on {where} after moving {moves}"
 
@@ -166,7 +169,13 @@ def room_json(room: Room) -> dict[str, Any]:
 
     return {
         "moves": [
-            {"replica": m.replica, "model": m.model, "from": at(m.source), "to": at(m.target)}
+            {
+                "replica": m.replica,
+                "model": m.model,
+                "from": at(m.source),
+                "to": at(m.target),
+                "profile": m.profile.name,
+            }
             for m in room.moves
         ],
         "gpus_reloaded": room.gpus_reloaded,

@@ -6,7 +6,8 @@ and hard constraints as any replica (so never on a cordoned, unreachable or faul
 and only then is the old copy released, so no model ever runs fewer replicas than before,
 let alone fewer than its `replicas.min`. Moves run one after another; the waiting replica
 is placed after the last. A multi-node replica never moves: it is the least movable thing
-and the most expensive to reload.
+and the most expensive to reload. A copy keeps its replica's profile unless no plan works
+that way; then it may take another profile of its model, as placement would.
 
 Pure: it tries each plan on the run's PlacementState and takes back what did not work, so
 the state ends holding the plan found, or exactly what it held before.
@@ -14,13 +15,13 @@ the state ends holding the plan found, or exactly what it held before.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import combinations
+from itertools import combinations, product
 
 from cli.catalog.load import Catalog, CatalogModel, CatalogProfile
 from cli.cluster import NameKey, name_order
-from cli.cluster.snapshot import Reachability, Snapshot
+from cli.cluster.snapshot import NodeView, Reachability, Snapshot
 from cli.placement.place import (
     PlacementRun,
     ReplicaPlacement,
@@ -30,10 +31,12 @@ from cli.placement.place import (
 )
 from cli.placement.state import PlacementState, ShardPlacement
 
-MOVES_LIMIT = 2  # moves per replica admitted, by default
+MOVES_LIMIT = 3  # moves per replica admitted, by default
 # Plans tried per profile, cheapest first: each is a placement per move, and a large
 # fleet offers thousands that all fail alike (no node free enough for the moved copy).
 TRIED_MOST = 200
+# Nodes of a fabric, cheapest to clear first, among which a multi-node replica's are sought.
+NODES_MOST = 24
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,9 +57,14 @@ class Running:
 class Move:
     replica: str
     model: str
-    profile: CatalogProfile
+    profile: CatalogProfile  # the new copy's
     source: ShardPlacement
     target: ShardPlacement
+    was: CatalogProfile  # the old copy's: another only when no plan kept every profile
+
+    @property
+    def changes_profile(self) -> bool:
+        return self.profile is not self.was
 
 
 @dataclass(frozen=True)
@@ -101,12 +109,18 @@ def make_room(
 ) -> Room | None:
     """The highest-priority profile that fits after at most `limit` moves, with the fewest
     moves and then the fewest GPUs reloaded (among the `TRIED_MOST` cheapest plans of each
-    profile); held on `state`. None: no such plan, `state` as it was."""
+    profile); held on `state`. None: no such plan, `state` as it was.
+
+    Each moved copy keeps its profile if any plan works so; only if none does may a copy
+    take another of its model's profiles (as placement would place it, highest priority
+    first), which is how an H100 node is freed of a replica that may also run on A100s."""
     for profile in model.profiles:
-        for plan in _plans(profile, state, running, limit)[:TRIED_MOST]:
-            room = _try(model, replica, profile, plan, state)
-            if room is not None:
-                return room
+        plans = _plans(profile, state, running, limit)[:TRIED_MOST]
+        for others in (False, True):
+            for plan in plans:
+                room = _try(model, replica, profile, plan, state, others)
+                if room is not None:
+                    return room
     return None
 
 
@@ -120,15 +134,13 @@ def _plans(
     """Plans worth trying, fewest moves first, then fewest GPUs reloaded, then by name.
 
     A move helps only if it frees what the profile asks on a node where the profile could
-    then run: a pair moved from one node, one off each of two nodes for a multi-node
-    replica, or one replica moved off that node after another moves out of the way of its
-    new copy (a chain).
+    then run: replicas moved off that node (as few as free enough, at most `limit`), off
+    each of the nodes of one fabric a multi-node replica needs, or one replica moved off
+    that node after another moves out of the way of its new copy (a chain).
     """
     spec = profile.spec
     static = state.static_rejections(profile)
-    eligible = {
-        node.name for node, rejection in zip(state.nodes, static, strict=True) if not rejection
-    }
+    eligible = [node for node, rejection in zip(state.nodes, static, strict=True) if not rejection]
     by_name = {node.name: node for node in state.nodes}
 
     def frees(r: Running) -> bool:
@@ -136,25 +148,52 @@ def _plans(
             return bool(r.shard.gpus) and r.profile.spec.gpu_class == spec.gpu_class
         return bool(spec.min_memory_gb) and bool(r.profile.spec.min_memory_gb)
 
-    def room_after(leaving: Iterable[Running]) -> bool:
-        """Counting only: could a node these leave hold the profile once they have?"""
-        freed: dict[str, list[Running]] = {}
-        for r in leaving:
-            freed.setdefault(r.shard.node, []).append(r)
-        for node_name, gone in freed.items():
-            node = by_name[node_name]
-            if spec.uses_gpus and spec.gpu_class is not None:
-                free = len(state.free_gpus(node, spec.gpu_class, spec.gpu_memory_gb))
-                if free + sum(r.gpus for r in gone) >= spec.gpus_per_node:
-                    return True
-            elif node.memory_total_gib is not None:
-                free_gib = node.memory_total_gib - state.reserved_gib(node)
-                released = sum(r.profile.spec.min_memory_gb or 0.0 for r in gone)
-                if free_gib + released >= (spec.min_memory_gb or 0.0):
-                    return True
-        return False
+    def size(r: Running) -> float:
+        """What the replica's leaving gives back: GPUs, or for a CPU profile GiB."""
+        if spec.uses_gpus and spec.gpu_class is not None:
+            return r.gpus
+        return r.profile.spec.min_memory_gb or 0.0
 
-    pool = [r for r in running if r.shard.node in eligible and frees(r)]
+    def lacks(node: NodeView) -> float | None:
+        """Counting only: what the node lacks for one shard of the profile (≤ 0: none),
+        None when it cannot say."""
+        if spec.uses_gpus and spec.gpu_class is not None:
+            free = len(state.free_gpus(node, spec.gpu_class, spec.gpu_memory_gb))
+            return spec.gpus_per_node - free
+        if node.memory_total_gib is None:
+            return None
+        return (spec.min_memory_gb or 0.0) - (node.memory_total_gib - state.reserved_gib(node))
+
+    on_node: dict[str, list[Running]] = {}
+    for r in running:
+        if frees(r):
+            on_node.setdefault(r.shard.node, []).append(r)
+
+    def clearings(node: NodeView) -> list[tuple[Running, ...]]:
+        """The fewest replicas that leaving the node would make room there, largest first;
+        () when it has room already. Replicas of one profile on a node are alike to a plan,
+        so the first by name stands for the others."""
+        lack = lacks(node)
+        if lack is None:
+            return []
+        if lack <= 0:
+            return [()]
+        kinds: dict[str, list[Running]] = {}
+        for r in sorted(on_node.get(node.name, ()), key=lambda r: name_order(r.replica)):
+            kinds.setdefault(r.profile.key, []).append(r)
+        here = sorted(
+            (r for alike in kinds.values() for r in alike[:limit]),
+            key=lambda r: (-size(r), r.profile.key, name_order(r.replica)),
+        )
+        found: dict[tuple[str, ...], tuple[Running, ...]] = {}
+        for count in range(1, limit + 1):
+            for leaving in combinations(here, count):
+                total = sum(size(r) for r in leaving)
+                # As few as will do: without its smallest, the rest would not.
+                if total >= lack and total - size(leaving[-1]) < lack:
+                    found.setdefault(tuple(r.profile.key for r in leaving), leaving)
+        return list(found.values())
+
     plans: list[tuple[tuple[int, int, tuple[NameKey, ...]], Plan]] = []
 
     def add(plan: Plan) -> None:
@@ -162,28 +201,45 @@ def _plans(
         names = tuple(name_order(r.replica) for r, _ in plan)
         plans.append(((len(plan), cost, names), plan))
 
-    singles = [r for r in pool if room_after([r])]
-    for r in singles:
-        add(((r, frozenset({r.shard.node})),))
+    singles: list[Running] = []  # replicas whose move alone makes room
+    if spec.nodes == 1:
+        for node in eligible:
+            for leaving in clearings(node):
+                if leaving:
+                    target = frozenset({node.name})
+                    add(tuple((r, target) for r in leaving))
+                    if len(leaving) == 1:
+                        singles.append(leaving[0])
+    else:
+        # A replica over several nodes needs that many with room on one fabric: replicas
+        # moved off each that lacks it, none onto any of them.
+        fabrics: dict[str, list[tuple[NodeView, list[tuple[Running, ...]]]]] = {}
+        for node in eligible:
+            found = clearings(node)
+            singles += [c[0] for c in found if len(c) == 1]
+            if found:
+                for view in node.fabrics:
+                    fabrics.setdefault(view.name, []).append((node, found))
+        seen: set[frozenset[str]] = set()
+        for members in fabrics.values():
+            ready = [m for m in members if m[1] == [()]][: spec.nodes]
+            busy = sorted(
+                (m for m in members if m[1] != [()]),
+                key=lambda m: (min(len(c) for c in m[1]), name_order(m[0].name)),
+            )[:NODES_MOST]
+            for group in combinations(ready + busy, spec.nodes):
+                for picked in product(*(m[1] for m in group)):
+                    moving = sorted(
+                        (r for c in picked for r in c),
+                        key=lambda r: (-size(r), name_order(r.replica)),
+                    )
+                    key = frozenset(r.replica for r in moving)
+                    if not moving or len(moving) > limit or key in seen:
+                        continue
+                    seen.add(key)
+                    avoid = frozenset(m[0].name for m in group)
+                    add(tuple((r, avoid) for r in moving))
     if limit >= 2:
-        on_node: dict[str, list[Running]] = {}
-        for r in pool:
-            on_node.setdefault(r.shard.node, []).append(r)
-        for here in on_node.values():  # pairs within a node: never all pairs of a fleet
-            for a, b in combinations(here, 2):
-                alone = room_after([a]) or room_after([b])  # a single move is tried anyway
-                if not alone and room_after([a, b]):
-                    target = frozenset({a.shard.node})
-                    add(((a, target), (b, target)))
-        # A replica over several nodes may need a node freed for each of two ranks, on
-        # one fabric.
-        if spec.nodes > 1:
-            for a, b in combinations(singles, 2):
-                fabrics_a = {f.name for f in by_name[a.shard.node].fabrics}
-                fabrics_b = {f.name for f in by_name[b.shard.node].fabrics}
-                if a.shard.node != b.shard.node and fabrics_a & fabrics_b:
-                    both = frozenset({a.shard.node, b.shard.node})
-                    add(((a, both), (b, both)))
         # A chain: `b` moves out of the way (never onto the node being freed), then `a`'s
         # copy may take b's place.
         for a in singles:
@@ -216,23 +272,34 @@ def _try(
     profile: CatalogProfile,
     plan: Plan,
     state: PlacementState,
+    others: bool,
 ) -> Room | None:
     """Carry the plan out on `state` (make-before-break), then place the replica; or take
-    every step back and say None."""
-    done: list[tuple[Running, ShardPlacement, frozenset[str]]] = []
+    every step back and say None. `others`: a moved copy may take another profile of its
+    model when its own fits nowhere (None at once if no moved replica's model has one:
+    the plan was tried without)."""
+    if others and all(len(moving.model.profiles) == 1 for moving, _ in plan):
+        return None
+    done: list[tuple[Running, CatalogProfile, ShardPlacement, frozenset[str]]] = []
     moves: list[Move] = []
     for moving, avoid in plan:
-        shards, _ = try_profile(
-            moving.profile, state, spread_limit(moving.model), avoid | {moving.shard.node}
-        )
+        away = avoid | {moving.shard.node}
+        spread = spread_limit(moving.model)
+        choices = [moving.profile]
+        if others:
+            choices += [p for p in moving.model.profiles if p is not moving.profile]
+        for target in choices:
+            shards, _ = try_profile(target, state, spread, away)
+            if shards is not None:
+                break
         if shards is None:
             _undo(done, state)
             return None
-        staged = state.hold(moving.replica, moving.profile, shards)
+        staged = state.hold(moving.replica, target, shards)
         state.release(moving.replica, moving.profile, (moving.shard,))
-        done.append((moving, shards[0], staged))
+        done.append((moving, target, shards[0], staged))
         moves.append(
-            Move(moving.replica, moving.model.name, moving.profile, moving.shard, shards[0])
+            Move(moving.replica, moving.model.name, target, moving.shard, shards[0], moving.profile)
         )
     shards, attempt = try_profile(profile, state, spread_limit(model))
     if shards is None:
@@ -244,12 +311,16 @@ def _try(
 
 
 def _undo(
-    done: Sequence[tuple[Running, ShardPlacement, frozenset[str]]], state: PlacementState
+    done: Sequence[tuple[Running, CatalogProfile, ShardPlacement, frozenset[str]]],
+    state: PlacementState,
 ) -> None:
-    # The old copy held again as it was (what it had staged, it still has).
-    for moving, target, staged in reversed(done):
-        state.hold(moving.replica, moving.profile, (moving.shard,))
-        state.release(moving.replica, moving.profile, (target,), unstage=staged)
+    # The old copy held again as it was, the copy's weights unstaged where it staged them;
+    # and the old copy's where holding it again staged them (its node's store did not
+    # report them): they were not staged before the plan either.
+    for moving, profile, target, staged in reversed(done):
+        again = state.hold(moving.replica, moving.profile, (moving.shard,))
+        state.release(moving.replica, profile, (target,), unstage=staged)
+        state.release(moving.replica, moving.profile, (), unstage=again)
 
 
 def rooms_for(

@@ -407,7 +407,8 @@ def _make_room(
                 move.model, copy, move.profile, (move.target,), (), Verdict.PLACED
             )
             room_for = f"room for {waiting.replica}"
-            why = f"moved to {copy} on {move.target.node}: {room_for}"
+            onto = f"{move.target.node} as {move.profile.name}" if move.changes_profile else ""
+            why = f"moved to {copy} on {onto or move.target.node}: {room_for}"
             old = Stop(move.replica, move.model, shards[move.replica], why, True, copy)
             moves = f"moves {move.replica} off {move.source.node}: {room_for}"
             pairs.append((placement, move.profile, moves, old))

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from cli.placement.moves import MOVES_LIMIT
 from tests import testfleet as fleet_script
 from tests.ctl import ROOT, ctl_environment
 from tests.integration.conftest import LiveFleet
@@ -61,20 +62,22 @@ def test_bench_churn_plays_every_event_and_moves_and_repacking_admit_more() -> N
         assert sum(m["repack"] for m in by_model) == stream["repack"]
         assert sum(m["moves"] for m in by_model) == stream["moves"]
         assert all(max(m["at_once"], m["moves"], m["repack"]) <= m["asked"] for m in by_model)
-        # ctl's moves: each admission they made took one or two moves, each reloading GPUs.
+        # ctl's moves: each admission they made took one to MOVES_LIMIT moves, each
+        # reloading GPUs, some of them onto another profile of the moved replica's model.
         moved = stream["admitted_with_moves"]
-        assert 0 < moved <= stream["replicas_moved"] <= 2 * moved, stream
+        assert 0 < moved <= stream["replicas_moved"] <= MOVES_LIMIT * moved, stream
         assert stream["gpus_reloaded"] >= stream["replicas_moved"]
+        assert 0 <= stream["moves_to_another_profile"] <= stream["replicas_moved"]
         # Seeded and small: the solver proves every answer within its limit, so these are
         # facts of the streams, not of the machine's speed.
         assert stream["solves"] == stream["proved"] > 0, stream
         assert stream["timed_out"] == 0
         # The churn made ctl refuse something (else nothing was tested), and repacking
         # admitted some of it. Each policy's admissions change what later arrivals meet, so
-        # the order of the three is a fact of these seeded streams, not a law: repacking
-        # admits the most here; moves admit fewer than at once (README: why).
+        # the order of the three is a fact of these seeded streams, not a law: repacking and
+        # moves admit more than at once here (moves one more than repacking on small-1).
         assert stream["feasible"] == stream["repacks"] > 0
-        assert stream["repack"] >= max(stream["moves"], stream["at_once"]), stream
+        assert min(stream["moves"], stream["repack"]) > stream["at_once"], stream
         assert stream["at_once"] < stream["arrivals"]
         assert stream["replicas_moved_by_repacks"] >= stream["repacks"]
 
