@@ -78,7 +78,8 @@ def init(
     lines = [
         f"CA made in {ca.directory}",
         f"  subject      {cert.subject.rfc4514_string()}",
-        f"  certificate  {ca.cert_path} (0644): give it to whatever checks node certificates",
+        f"  certificate  {ca.cert_path} (0644): onboarding installs it on every node;"
+        " health checks and routers check node certificates against it",
         f"  key          {ca.key_path} (0600): never leaves this directory; back it up offline",
         f"  valid until  {cert.not_valid_after_utc:%Y-%m-%d} ({CA_VALIDITY.days // 365} years)",
         f"  SHA-256      {fingerprint(cert)}",
