@@ -166,7 +166,7 @@ class ModelStore(Strict):
 class NodeCertificate(Strict):
     """The node's TLS certificate, /etc/modelfleet/pki/node.pem, as the probe read it, with
     what it needs beside it: whether node.key exists (never its contents) and the node's
-    ca.pem. `problem` is judged when the facts were gathered; `serves_tls` judges the
+    ca.pem. `problem` is judged when the facts were gathered; `usable` judges the
     validity dates again at any moment."""
 
     serial: str  # hex, as cli/pki/certs.py serial_hex writes it
@@ -225,10 +225,3 @@ class NodeFacts(Strict):
     @property
     def reached(self) -> bool:
         return self.error is None and self.last_reached is not None
-
-
-def serves_tls(facts: NodeFacts, now: datetime) -> bool:
-    """The node has a certificate its engines can serve TLS with at `now`: node.pem with
-    its key, signed by its ca.pem, and within its validity."""
-    cert = facts.certificate
-    return cert is not None and cert.usable(now)

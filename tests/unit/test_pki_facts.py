@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.facts.model import NodeCertificate, NodeFacts, serves_tls
+from cli.facts.model import NodeCertificate, NodeFacts
 from cli.facts.parse import MAX_PEM_BYTES, FactsParseError, parse_pki, read_pki_section
 from cli.facts.probe import facts_from_probe
 from cli.pki.certs import fingerprint, serial_hex
@@ -56,12 +56,12 @@ def test_a_good_certificate_becomes_every_field_and_serves_tls(ca: LabCA) -> Non
     assert got.serial == serial_hex(cert)
     assert got.not_before.tzinfo is not None and got.not_before.utcoffset() == timedelta(0)
     facts = NodeFacts(gathered_at=NOW, last_reached=NOW, certificate=got)
-    assert serves_tls(facts, NOW)
+    assert facts.certificate is not None and facts.certificate.usable(NOW)
     # Judged again at any moment: from its first second to the one before its end.
-    assert serves_tls(facts, got.not_before)
-    assert not serves_tls(facts, got.not_before - timedelta(seconds=1))
-    assert serves_tls(facts, got.not_after - timedelta(seconds=1))
-    assert not serves_tls(facts, got.not_after)
+    assert got.usable(got.not_before)
+    assert not got.usable(got.not_before - timedelta(seconds=1))
+    assert got.usable(got.not_after - timedelta(seconds=1))
+    assert not got.usable(got.not_after)
 
 
 def test_an_expired_certificate_has_the_problem_and_does_not_serve(ca: LabCA) -> None:
@@ -69,7 +69,7 @@ def test_an_expired_certificate_has_the_problem_and_does_not_serve(ca: LabCA) ->
     got, notes = parse_pki(pki(pem_text(cert), ca.pem), NOW)
     assert notes == [] and got is not None
     assert got.problem == "expired 2026-11-11 12:00 UTC"
-    assert not serves_tls(NodeFacts(gathered_at=NOW, certificate=got), ISSUED)  # a problem
+    assert not got.usable(ISSUED)  # a problem
 
 
 def test_a_certificate_not_yet_valid_says_from_when(ca: LabCA) -> None:
@@ -85,7 +85,7 @@ def test_a_certificate_another_ca_signed_is_not_signed_by_its_ca_pem(ca: LabCA) 
     assert got is not None
     assert got.problem == "not signed by its ca.pem"
     assert got.ca_fingerprint == fingerprint(ca.cert) != fingerprint(other.cert)
-    assert not serves_tls(NodeFacts(gathered_at=NOW, certificate=got), NOW)
+    assert not got.usable(NOW)
 
 
 def test_a_missing_key_or_ca_pem_is_the_problem(ca: LabCA) -> None:
@@ -104,7 +104,7 @@ def test_no_node_pem_is_plain_http_whatever_else_is_there(ca: LabCA) -> None:
     assert parse_pki(pki(None, ca.pem), NOW) == (None, [])
     assert parse_pki("key\tabsent\n", NOW) == (None, [])
     facts = NodeFacts(gathered_at=NOW, last_reached=NOW)
-    assert facts.certificate is None and not serves_tls(facts, NOW)
+    assert facts.certificate is None  # plain HTTP: serving_certificates leaves it out
 
 
 @pytest.mark.parametrize(
