@@ -1,7 +1,7 @@
 """The text of the docs' generated blocks, rendered from what `ctl` prints today.
 
 README.md's example outputs and docs/cli.md are kept by cog (cogapp): their snippets call
-these functions (docs/reconcile.md's engine table calls cli/shards/specs.py, and
+these functions (docs/reconcile.md's engine table calls cli/engines/specs.py, and
 docs/placement.md's constraint table cli/placement/constraints.py). Update:
 `cog -r -I scripts README.md docs/cli.md docs/reconcile.md docs/placement.md`; check (as
 tests/integration/test_examples.py does): the same with `--check` instead of `-r`.

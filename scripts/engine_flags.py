@@ -1,10 +1,10 @@
 """The options each engine's own argument parser accepts, read from its released source.
 
-For every engine spec (cli/shards/specs.py) at its pinned version this downloads the
+For every engine spec (cli/engines/specs.py) at its pinned version this downloads the
 release with pip (`pip download --no-deps`: vLLM's and SGLang's wheels, llama.cpp from
 llama-cpp-python's source distribution, which vendors it), reads the parser-building code
 statically — nothing of the engine is imported or run — and writes the options as data:
-cli/shards/engine_flags/ENGINE-VERSION.json, with the version, the file read and its
+cli/engines/engine_flags/ENGINE-VERSION.json, with the version, the file read and its
 sha256, and the command that made it. `ctl catalog check`, every catalog load and the
 stand-in engines (tests/fakes/engine.py) read those files.
 
@@ -56,8 +56,8 @@ from typing import cast
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cli.shards.flags import DATA_DIR, data_file_name, versions_with_data  # noqa: E402
-from cli.shards.specs import ENGINE_SPECS, EngineSpec  # noqa: E402
+from cli.engines.flags import DATA_DIR, data_file_name, versions_with_data  # noqa: E402
+from cli.engines.specs import ENGINE_SPECS, EngineSpec  # noqa: E402
 
 DEFAULT_CACHE = Path("/var/cache/modelfleet-engines")
 COMMAND = "python scripts/engine_flags.py"

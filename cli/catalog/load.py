@@ -26,10 +26,10 @@ from cli.catalog.schema import (
     Profile,
     TokenRef,
 )
+from cli.engines.flags import accepted_options, check_options, versions_with_data
+from cli.engines.specs import Rank, engine_spec, version_tuple
 from cli.errors import InputError, InputProblem, KeyPath, near_miss
 from cli.schemaerrors import problems_from_validation
-from cli.shards.flags import accepted_options, check_options, versions_with_data
-from cli.shards.specs import Rank, engine_spec, version_tuple
 from cli.yamlsource import MAX_SOURCE_BYTES, YamlDocument, decode_source, parse_yaml
 
 EMPTY_CATALOG = (
@@ -332,7 +332,7 @@ def _check_engine(
     profile: Profile,
     source: str | None,
 ) -> list[InputProblem]:
-    """What the profile's engine (its spec, cli/shards/specs.py) cannot do, and every option
+    """What the profile's engine (its spec, cli/engines/specs.py) cannot do, and every option
     of its command line — ctl's and the profile's `args` — that the engine release's own
     parser does not have (the data of scripts/engine_flags.py)."""
     spec = engine_spec(profile.engine)

@@ -19,10 +19,10 @@ from pydantic import (
     model_validator,
 )
 
+from cli.engines.specs import ENGINE_NAMES, ENGINE_SPECS
 from cli.inventory.schema import Label
-from cli.shards.specs import ENGINE_NAMES, ENGINE_SPECS
 
-# The engines are the specs' (cli/shards/specs.py): one Literal of their names.
+# The engines are the specs' (cli/engines/specs.py): one Literal of their names.
 if TYPE_CHECKING:
     Engine = str
 else:

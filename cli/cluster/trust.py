@@ -19,8 +19,8 @@ from typing import Final
 
 from cli.catalog.load import Catalog
 from cli.catalog.schema import NAME_PATTERN
+from cli.engines.specs import ENGINE_NAMES
 from cli.facts.model import ShardRecord
-from cli.shards.specs import ENGINE_NAMES
 
 NAME: Final = re.compile(NAME_PATTERN)
 MAX_NAME = 200  # characters: a replica id is a model name and a number

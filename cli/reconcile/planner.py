@@ -38,6 +38,7 @@ from cli.cluster.snapshot import (
     release,
     with_shards,
 )
+from cli.engines.specs import ENGINE_SPECS
 from cli.facts.model import DEFAULT_MODEL_STORE, ShardRecord, store_directory
 from cli.pki.renewal import Renewal
 from cli.placement.moves import make_room, movable
@@ -52,7 +53,6 @@ from cli.placement.place import (
 from cli.placement.state import PlacementState, ShardPlacement
 from cli.reconcile.backoff import Backoff, after_failure, failure_key
 from cli.shards.engines import RENDEZVOUS_OFFSET, Rank
-from cli.shards.specs import ENGINE_SPECS
 from cli.shards.staging import StageJob, staged_path, stages
 from cli.shards.units import ShardFiles, shard_files
 
@@ -630,7 +630,7 @@ def _start(
 
 def _outdated_certificate(replica: Replica, certificates: Mapping[str, str]) -> bool:
     """Its rank 0 serves TLS with a certificate its node has since renewed, and its engine
-    cannot reload one (vLLM and SGLang can: cli/shards/specs.py)."""
+    cannot reload one (vLLM and SGLang can: cli/engines/specs.py)."""
     leader = next((s for s in replica.shards if s.record.rank == 0), None)
     if leader is None or leader.record.certificate is None:
         return False

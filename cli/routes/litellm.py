@@ -14,7 +14,7 @@
   replicas that stop answering between two updates of the router.
 - health checks and retries: `RouterSettings`.
 
-Providers (each engine spec's `litellm_provider`, cli/shards/specs.py): vLLM is LiteLLM's
+Providers (each engine spec's `litellm_provider`, cli/engines/specs.py): vLLM is LiteLLM's
 `hosted_vllm` (its OpenAI-compatible server, no API key
 needed); SGLang and llama-server are OpenAI-compatible servers, LiteLLM's `openai` provider,
 which wants some key, so every deployment says `api_key: none` (no engine is started with
@@ -30,8 +30,8 @@ from typing import Any, Final
 import yaml
 
 from cli.catalog.schema import NAME_PATTERN
+from cli.engines.specs import ENGINE_SPECS
 from cli.routes.table import ReplicaRoute, RouteTable
-from cli.shards.specs import ENGINE_SPECS
 
 # The LiteLLM the rendering is tested against (tests load it with this version) and that
 # the router playbook installs unless the inventory pins another.

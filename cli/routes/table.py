@@ -23,8 +23,8 @@ from typing import Any
 
 from cli.catalog.load import Catalog, CatalogProfile
 from cli.cluster.snapshot import NodeView, Reachability, Snapshot, checked
+from cli.engines.specs import engine_spec
 from cli.reconcile.planner import Replica, Start, replicas_of
-from cli.shards.specs import engine_spec
 from cli.shards.units import base_url
 
 ROUTES_FORMAT = "modelfleet.routes/v1"

@@ -1,6 +1,6 @@
 """Engine command lines and environments, from a profile and where its replica was placed.
 
-Pure. What each engine's command line holds is its spec's (cli/shards/specs.py); this
+Pure. What each engine's command line holds is its spec's (cli/engines/specs.py); this
 module adds the profile's own `args` and the environment every GPU shard gets. Every
 value is one argv element; nothing here is ever joined into a shell line, and the
 systemd unit quotes each element (cli/shards/units.py).
@@ -9,8 +9,8 @@ systemd unit quotes each element (cli/shards/units.py).
 from __future__ import annotations
 
 from cli.catalog.load import CatalogProfile
+from cli.engines.specs import ENGINE_SPECS, RENDEZVOUS_OFFSET, Rank, engine_spec, model_argument
 from cli.pki.paths import NODE_CERT_PATH, NODE_KEY_PATH
-from cli.shards.specs import ENGINE_SPECS, RENDEZVOUS_OFFSET, Rank, engine_spec, model_argument
 
 __all__ = ["DEFAULT_COMMANDS", "RENDEZVOUS_OFFSET", "Rank", "command_line", "environment",
            "model_argument"]  # fmt: skip

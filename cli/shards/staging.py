@@ -25,8 +25,8 @@ from typing import Final
 
 from cli.cluster import name_order
 from cli.cluster.snapshot import NodeView
+from cli.engines.specs import engine_spec
 from cli.facts.model import DEFAULT_MODEL_STORE, StoredWeights, store_directory
-from cli.shards.specs import engine_spec
 
 # A download slower than this is a failed staging, not a slow one: the timeout is this
 # rate's time for the weights' size, plus room for listing and a first connection.

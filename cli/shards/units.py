@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from cli.catalog.load import CatalogProfile
+from cli.engines.specs import engine_spec
 from cli.shards.engines import Rank, command_line, environment
-from cli.shards.specs import engine_spec
 
 UNIT_DIR = "/etc/systemd/system"
 ENV_DIR = "/etc/modelfleet/shards"

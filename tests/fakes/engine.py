@@ -279,7 +279,7 @@ FLASH_ATTN_VALUES: Final = ("on", "off", "auto")
 
 
 # The options each engine release's parser accepts, made by scripts/engine_flags.py from the
-# released package (cli/shards/engine_flags/ENGINE-VERSION.json). On a test-fleet node they
+# released package (cli/engines/engine_flags/ENGINE-VERSION.json). On a test-fleet node they
 # are installed in /etc/modelfleet-fake/engine_flags; in a checkout they are found from here.
 FLAGS_ENV: Final = "MODELFLEET_STANDIN_FLAGS"
 FLAGS_DIRS: Final = (
@@ -310,7 +310,7 @@ def accepted_options(personality: Personality) -> frozenset[str]:
             return frozenset(str(o) for o in cast(list[object], data["options"]))
     raise UsageError(
         f"standin: error: no option data for {engine} in {', '.join(folders)}: install"
-        " cli/shards/engine_flags/*.json there (docs/standin-engine.md)"
+        " cli/engines/engine_flags/*.json there (docs/standin-engine.md)"
     )
 
 

@@ -1,7 +1,7 @@
 """What a test-fleet node needs beside the stand-in engine: the real parsers' options.
 
 The stand-in (tests/fakes/engine.py) refuses an option the pinned engine release does not
-have, from the data of scripts/engine_flags.py (cli/shards/engine_flags/*.json); on a node
+have, from the data of scripts/engine_flags.py (cli/engines/engine_flags/*.json); on a node
 it reads them from FLAG_DIR. `install_flag_data` is the command to run there with
 `flag_data_tar()` on its standard input.
 """

@@ -266,7 +266,7 @@ def test_the_readme_shows_what_ctl_prints_today(marker: str, args: list[str]) ->
 )
 def test_cog_finds_the_generated_blocks_up_to_date(document: str) -> None:
     # README's example outputs are what ctl prints today, docs/cli.md every command's --help.
-    # docs/reconcile.md's engine table is the engine specs' (cli/shards/specs.py), and
+    # docs/reconcile.md's engine table is the engine specs' (cli/engines/specs.py), and
     # docs/placement.md's constraint table the constraints' (cli/placement/constraints.py).
     done = subprocess.run(
         [sys.executable, "-m", "cogapp", "--check", "--diff", "-I", "scripts", document],

@@ -43,7 +43,7 @@ READABLE = {
     "sglang": (*SOURCES, "s3://bucket/key"),
     "llama.cpp": (*SOURCES, "https://host/m"),
 }
-# Extra arguments each engine's parser has (cli/shards/engine_flags), and two non-options.
+# Extra arguments each engine's parser has (cli/engines/engine_flags), and two non-options.
 ARGS = {
     "vllm": ("--enforce-eager", "--seed=1", "a b", "$HOME"),
     "sglang": ("--trust-remote-code", "--random-seed=1", "a b", "$HOME"),

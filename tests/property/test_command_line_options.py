@@ -4,7 +4,7 @@ For generated catalogs — the loader's round-trip catalogs (test_catalog_proper
 the placement properties' catalogs (strategies.py) — and generated placements (any rank of
 the replica, any port of ctl's range, IPv4 or IPv6 rank-0 and listen addresses, GPUs and
 HCAs), every rank's argv is checked against the pinned release's options
-(cli/shards/flags.py); the example catalogs are checked in tests/unit/test_engine_specs.py.
+(cli/engines/flags.py); the example catalogs are checked in tests/unit/test_engine_specs.py.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cli.catalog.load import Catalog, parse_catalog
+from cli.engines.flags import accepted_options, check_options
+from cli.engines.specs import Rank, engine_spec
 from cli.shards.engines import command_line
-from cli.shards.flags import accepted_options, check_options
-from cli.shards.specs import Rank, engine_spec
 from tests.property.strategies import catalog_dict
 from tests.property.test_catalog_properties import Generated, valid_catalogs
 

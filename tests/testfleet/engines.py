@@ -4,7 +4,7 @@ replicas that serve (docs/standin-engine.md).
 tests/fakes/engine.py goes where ctl's command lines look for each engine: `vllm` and
 `llama-server` in /usr/local/bin, SGLang's `sglang/launch_server.py` in python3's
 dist-packages; with the real parsers' options it checks every command line against
-(cli/shards/engine_flags), and a config that loads a model in half a second. Installed
+(cli/engines/engine_flags), and a config that loads a model in half a second. Installed
 over SSH once the nodes answer, into what each node keeps across `down`/`up`; a node that
 has them already is left alone (a digest file says which version it has).
 """

@@ -1,5 +1,5 @@
-"""The engine specs (cli/shards/specs.py) and the check of every command line against the
-options of the engine release's own parser (cli/shards/flags.py, the data of
+"""The engine specs (cli/engines/specs.py) and the check of every command line against the
+options of the engine release's own parser (cli/engines/flags.py, the data of
 scripts/engine_flags.py), at catalog load and in `ctl catalog check`. Pure but for one
 `ctl` run."""
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from cli.catalog.load import parse_catalog
+from cli.engines.flags import DATA_DIR, accepted_options, check_options
+from cli.engines.specs import ENGINE_SPECS, Rank, engine_spec
 from cli.errors import InputError
 from cli.shards.engines import command_line, environment
-from cli.shards.flags import DATA_DIR, accepted_options, check_options
-from cli.shards.specs import ENGINE_SPECS, Rank, engine_spec
 from cli.shards.units import shard_files
 from tests.builders import NOW
 from tests.ctl import ctl

@@ -1,5 +1,5 @@
 """The stand-in engines serve TLS as the real ones do with the node's key and certificate
-(the flags of cli/shards/specs.py), refuse what the real ones refuse, and vLLM and SGLang
+(the flags of cli/engines/specs.py), refuse what the real ones refuse, and vLLM and SGLang
 reload a renewed certificate; ctl's health check (playbooks/library/modelfleet_verify.py)
 believes only a server whose certificate the fleet's CA signed for its address."""
 

@@ -11,14 +11,14 @@ import pytest
 import yaml
 
 from cli.catalog.load import parse_catalog
+from cli.engines.flags import accepted_options
+from cli.engines.specs import ENGINE_SPECS, Rank, engine_spec
 from cli.facts.model import NodeCertificate
 from cli.pki.paths import NODE_CERT_PATH, NODE_KEY_PATH
 from cli.reconcile.planner import plan, serving_certificates
 from cli.routes.deploy import router_variables
 from cli.routes.litellm import ROUTER_TRUST, litellm_config, render
 from cli.routes.table import route_table
-from cli.shards.flags import accepted_options
-from cli.shards.specs import ENGINE_SPECS, Rank, engine_spec
 from cli.shards.units import shard_files
 from tests.builders import NOW, NodeSpec, catalog, hgx, shard, snapshot
 

@@ -1,6 +1,6 @@
 """Which options each engine release's own parser accepts, and the check of a command line.
 
-The data, cli/shards/engine_flags/ENGINE-VERSION.json, is made by scripts/engine_flags.py
+The data, cli/engines/engine_flags/ENGINE-VERSION.json, is made by scripts/engine_flags.py
 from the released package (never typed by hand); `--check` there keeps it honest. Reading
 a file is the only I/O here.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from cli.shards.specs import EngineSpec, option_name
+from cli.engines.specs import EngineSpec, option_name
 
 DATA_DIR = Path(__file__).resolve().parent / "engine_flags"
 
