@@ -22,7 +22,7 @@ from cli.facts.store import load_facts_dir
 from cli.inventory.load import load_inventory
 from cli.inventory.schema import Inventory
 from cli.ops.context import AppContext
-from cli.pki.renewal import ca_warnings
+from cli.reconcile.renewal import ca_warnings
 
 
 @dataclass(frozen=True)

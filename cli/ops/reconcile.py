@@ -29,11 +29,11 @@ from cli.ops.renew import Renewed, renew_certificates
 from cli.ops.staging import ProgressLines, watch_staging
 from cli.ops.tokens import resolve_tokens
 from cli.pki.certs import fingerprint
-from cli.pki.renewal import Renewal, due_renewals, sort_out
 from cli.pki.store import CertificateAuthority, default_ca_dir, published_crl
 from cli.reconcile.apply import Outcome, apply
 from cli.reconcile.ledger import ledger_path, load_ledger, save_ledger
 from cli.reconcile.planner import DRAINING, Plan, cordoned, plan
+from cli.reconcile.renewal import Renewal, due_renewals, sort_out
 from cli.routes.deploy import PlaybookRouter, RouterDeployer, router_hosts
 from cli.shards.ansible import PlaybookRun
 from cli.shards.executor import AnsibleExecutor
@@ -56,7 +56,7 @@ def ledger_file(options: AppContext, inventory_path: Path) -> Path:
 
 
 def due_certificates(fleet: Fleet) -> tuple[Renewal, ...]:
-    """The reachable nodes whose certificates are due (cli/pki/renewal.py), at the moment
+    """The reachable nodes whose certificates are due (cli/reconcile/renewal.py), at the moment
     the fleet was seen."""
     addresses = {host.name: host.address for host in fleet.inventory.hosts}
     return due_renewals(fleet.snapshot.nodes, addresses, fleet.snapshot.now)

@@ -22,8 +22,8 @@ from cli.inventory.schema import Inventory
 from cli.ops.onboard import certify
 from cli.pki.addhost import DEFAULT_USER
 from cli.pki.certs import NodeNames, serial_hex
-from cli.pki.renewal import Renewal
 from cli.pki.store import CertificateAuthority
+from cli.reconcile.renewal import Renewal
 
 
 @dataclass(frozen=True)

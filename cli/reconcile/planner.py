@@ -40,7 +40,6 @@ from cli.cluster.snapshot import (
 )
 from cli.engines.specs import ENGINE_SPECS
 from cli.facts.model import DEFAULT_MODEL_STORE, ShardRecord, store_directory
-from cli.pki.renewal import Renewal
 from cli.placement.moves import make_room, movable
 from cli.placement.place import (
     PlacementRun,
@@ -52,6 +51,7 @@ from cli.placement.place import (
 )
 from cli.placement.state import PlacementState, ShardPlacement
 from cli.reconcile.backoff import Backoff, after_failure, failure_key
+from cli.reconcile.renewal import Renewal
 from cli.shards.engines import RENDEZVOUS_OFFSET, Rank
 from cli.shards.staging import StageJob, staged_path, stages
 from cli.shards.units import ShardFiles, shard_files
@@ -156,7 +156,7 @@ class Plan:
     ledger: Mapping[str, Backoff] = field(default_factory=dict)
     # Per model, the replicas counted toward replicas.min (healthy, starting, unreachable).
     running: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    # Node certificates due (cli/pki/renewal.py): renewed in this pass, with the CA here;
+    # Node certificates due (cli/reconcile/renewal.py): renewed in this pass, with the CA here;
     # and only said, each with why not here and what to run instead.
     renewals: tuple[Renewal, ...] = ()
     certificates_due: tuple[Renewal, ...] = ()

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from cli.pki.renewal import Renewal
 from cli.placement.explain import replica_placement_json
 from cli.reconcile.apply import Outcome
 from cli.reconcile.planner import Plan, Stop
+from cli.reconcile.renewal import Renewal
 
 RECONCILE_FORMAT: Final = "modelfleet.reconcile/v1"
 

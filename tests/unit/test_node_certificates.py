@@ -14,7 +14,7 @@ import pytest
 from cli.cluster.snapshot import NodeView, Reachability, Snapshot
 from cli.cluster.views import certificate_note, nodes_json
 from cli.facts.model import NodeCertificate
-from cli.pki.renewal import ca_warnings
+from cli.reconcile.renewal import ca_warnings
 from cli.ui.tables import cert_cell
 from tests.ctl import ROOT, ctl
 

@@ -1,5 +1,5 @@
 """Which certificates a reconcile pass renews, what the plan and `--json` say of them, and
-what it says when one could not be renewed (cli/pki/renewal.py, docs/onboarding.md)."""
+what it says when one could not be renewed (cli/reconcile/renewal.py, docs/onboarding.md)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from cli.inventory.schema import Host, Inventory
 from cli.ops.reconcile import _renewed_into
 from cli.ops.renew import Renewed, renew_certificates
 from cli.pki.certs import NodeNames
-from cli.pki.renewal import Renewal, due_renewals, renewal_reasons, sort_out
 from cli.pki.store import init_ca
 from cli.reconcile.apply import Outcome
 from cli.reconcile.planner import Plan
+from cli.reconcile.renewal import Renewal, due_renewals, renewal_reasons, sort_out
 from cli.reconcile.report import reconcile_json
 from cli.ui.plan import render_plan
 
