@@ -29,10 +29,10 @@ from cli.catalog.load import load_catalog
 from cli.facts.model import ShardRecord
 from cli.inventory.load import load_inventory
 from cli.ops.context import KNOWN_HOSTS_NAME, AppContext
+from cli.ops.executor import AnsibleExecutor
 from cli.ops.fleet import gather_fleet, model_stores, serving_addresses
 from cli.reconcile.apply import ShardFailure, apply
 from cli.reconcile.planner import Plan, RunningShard, Stop, plan
-from cli.shards.executor import AnsibleExecutor
 from cli.shards.units import ShardFiles
 
 # Run as a file, not a module: the project root, where the test fleet's package is

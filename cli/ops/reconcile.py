@@ -17,6 +17,7 @@ from pathlib import Path
 
 from cli.catalog.load import Catalog
 from cli.ops.context import AppContext
+from cli.ops.executor import AnsibleExecutor
 from cli.ops.fleet import (
     Fleet,
     model_stores,
@@ -36,7 +37,6 @@ from cli.reconcile.planner import DRAINING, Plan, cordoned, plan
 from cli.reconcile.renewal import Renewal, due_renewals, sort_out
 from cli.routes.deploy import PlaybookRouter, RouterDeployer, router_hosts
 from cli.shards.ansible import PlaybookRun
-from cli.shards.executor import AnsibleExecutor
 from cli.shards.staging import evictable_directories
 
 OnRun = Callable[[PlaybookRun], None]

@@ -12,9 +12,9 @@ import pytest
 from cli.catalog.load import parse_catalog
 from cli.facts.model import ShardRecord
 from cli.ops.context import KNOWN_HOSTS_NAME
+from cli.ops.executor import AnsibleExecutor
 from cli.reconcile.planner import RunningShard, Stop
 from cli.shards.engines import Rank
-from cli.shards.executor import AnsibleExecutor
 from cli.shards.units import shard_files
 from tests.integration.conftest import LiveFleet
 from tests.integration.test_fleet_reconcile import install_standin
