@@ -26,6 +26,7 @@ from cli.commands import (
     routes,
 )
 from cli.commands.options import parse_duration
+from cli.edges.tools import ToolMissingError
 from cli.errors import InputError
 from cli.ops.context import AppContext
 from cli.ui.safe import shown
@@ -154,4 +155,7 @@ def main() -> None:
         # problem, exit 2, never a traceback.
         for problem in error.problems:
             sys.stderr.write(f"error: {shown(str(problem))}\n")  # a file's text: no ESC
+        raise SystemExit(2) from None
+    except ToolMissingError as error:
+        sys.stderr.write(f"error: {shown(str(error))}\n")
         raise SystemExit(2) from None

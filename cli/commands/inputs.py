@@ -33,12 +33,15 @@ def app_context(context: typer.Context) -> AppContext:
 
 def require_tools(*names: str) -> None:
     """Exit 2 naming the tool (and how to install it) before a pass that would run it."""
-    from cli.shards.ansible import ansible_command
+    from cli.edges.tools import ToolMissingError, ansible_command
     from cli.ui import console
 
     with console.input_errors():
         for name in names:
-            ansible_command(name)
+            try:
+                ansible_command(name)
+            except ToolMissingError as error:
+                raise InputError.single(error.tool, None, (), error.reason) from None
 
 
 HINTS = {

@@ -22,10 +22,10 @@ from cli.commands.options import (
 
 if TYPE_CHECKING:
     from cli.catalog.load import Catalog
+    from cli.edges.ansible import PlaybookRun
     from cli.ops.fleet import Fleet
     from cli.pki.store import CertificateAuthority
     from cli.reconcile.planner import Plan
-    from cli.shards.ansible import PlaybookRun
 
 DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Print the plan; change nothing.")]
 

@@ -8,10 +8,10 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
+from cli.edges.ansible import PlaybookRun, run_playbook
 from cli.pki.paths import CA_PATH
 from cli.reconcile.apply import ShardFailure
 from cli.reconcile.planner import Stop
-from cli.shards.ansible import PlaybookRun, run_playbook
 from cli.shards.staging import StageJob, one_per_share
 from cli.shards.units import ENV_DIR, RECORD_DIR, UNIT_DIR, ShardFiles, shard_name, unit_name
 

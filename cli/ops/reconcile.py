@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from cli.catalog.load import Catalog
+from cli.edges.ansible import PlaybookRun
 from cli.ops.context import AppContext
 from cli.ops.executor import AnsibleExecutor
 from cli.ops.fleet import (
@@ -36,7 +37,6 @@ from cli.reconcile.ledger import ledger_path, load_ledger, save_ledger
 from cli.reconcile.planner import DRAINING, Plan, cordoned, plan
 from cli.reconcile.renewal import Renewal, due_renewals, sort_out
 from cli.routes.deploy import PlaybookRouter, RouterDeployer, router_hosts
-from cli.shards.ansible import PlaybookRun
 from cli.shards.staging import evictable_directories
 
 OnRun = Callable[[PlaybookRun], None]

@@ -14,6 +14,7 @@ from typing import Any
 
 from cli.catalog.load import Catalog
 from cli.cluster.snapshot import Snapshot
+from cli.edges.ansible import PlaybookRun, run_playbook
 from cli.inventory.schema import Inventory
 from cli.reconcile.planner import Start, Stop
 from cli.routes.litellm import (
@@ -24,7 +25,6 @@ from cli.routes.litellm import (
     render,
 )
 from cli.routes.table import RouteTable, route_table
-from cli.shards.ansible import PlaybookRun, run_playbook
 
 ROUTERS_GROUP = "routers"
 PLAYBOOK = "deploy_router.yml"

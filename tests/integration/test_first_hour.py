@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.errors import InputError
-from cli.shards import ansible
+from cli.edges import tools
 from tests.ctl import ROOT, ctl, ctl_environment
 
 EXAMPLES = ROOT / "examples"
@@ -73,18 +72,18 @@ def test_ansible_commands_are_found_beside_the_interpreter_first(
         tool.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(beside / "python"))
     monkeypatch.setenv("PATH", str(on_path))
-    assert ansible.ansible_command("ansible-playbook") == str(beside / "ansible-playbook")
+    assert tools.ansible_command("ansible-playbook") == str(beside / "ansible-playbook")
     (beside / "ansible-playbook").unlink()
-    assert ansible.ansible_command("ansible-playbook") == str(on_path / "ansible-playbook")
+    assert tools.ansible_command("ansible-playbook") == str(on_path / "ansible-playbook")
 
 
-def test_an_ansible_command_found_nowhere_is_an_input_error_naming_it(
+def test_an_ansible_command_found_nowhere_is_an_error_naming_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sys, "executable", str(tmp_path / "bin" / "python"))
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(InputError) as raised:
-        ansible.ansible_command("ansible-inventory")
+    with pytest.raises(tools.ToolMissingError) as raised:
+        tools.ansible_command("ansible-inventory")
     assert str(raised.value) == (
         f"ansible-inventory: not found beside {tmp_path}/bin/python nor on PATH; it comes"
         f" with ansible-core, a dependency of ctl: {tmp_path}/bin/pip install ansible-core"

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.shards.ansible import playbook_path
+from cli.edges.ansible import playbook_path
 from tests.ctl import ROOT
 
 PLAYBOOKS = {
@@ -123,7 +123,7 @@ def test_the_wheel_carries_the_package_data_besides_the_code(wheel: Path) -> Non
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
     assert {"cli/py.typed", "cli/facts/probe.sh", "cli/routes/litellm-constraints.txt"} <= names
-    assert "cli/shards/ansible.py" in names
+    assert "cli/edges/ansible.py" in names
     assert not any(name.startswith(("tests/", "playbooks/", "examples/")) for name in names)
 
 
@@ -131,7 +131,7 @@ def test_the_installed_ctl_finds_the_playbooks_inside_its_package(venv: Path) ->
     site = site_packages(venv)
     script = (
         "import cli\n"
-        "from cli.shards.ansible import playbook_path\n"
+        "from cli.edges.ansible import playbook_path\n"
         "print(cli.__file__)\n"
         "for name in ('start_shards.yml', 'stop_shards.yml', 'stage_weights.yml',"
         " 'deploy_router.yml'):\n"
@@ -201,7 +201,7 @@ def test_the_installed_ctl_runs_a_playbook_with_its_module_and_callback(venv: Pa
     script = (
         "import json\n"
         "from pathlib import Path\n"
-        "from cli.shards.ansible import run_playbook\n"
+        "from cli.edges.ansible import run_playbook\n"
         "run = run_playbook('stop_shards.yml', Path('hosts.yml'), {'modelfleet_stops': {}},\n"
         "                   ['localhost'], Path('state/logs'), Path('known_hosts'))\n"
         "print(json.dumps([run.returncode, [[e.host, e.task, e.status, e.changed]\n"

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
+from cli.edges.tools import ansible_command
 from cli.errors import InputError
 from cli.inventory.ini import IniError, ini_value
 from cli.inventory.load import load_inventory
-from cli.shards.ansible import ansible_command
 from tests.integration.test_inventory_matches_ansible import ansible_list, compare
 
 HERE = Path(__file__).resolve().parent

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from cli.edges.tools import ansible_command
 from cli.inventory.load import load_inventory
 from cli.inventory.schema import DEFAULT_SSH_PORT, Inventory, validate_host_vars
-from cli.shards.ansible import ansible_command
 from tests.ctl import ctl
 from tests.unit.test_inventory import CASES as UNIT_CASES
 from tests.unit.test_inventory import write

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.shards import ansible
+from cli.edges import ansible
 
 FAKE = """\
 #!{python}

@@ -12,9 +12,9 @@ from types import ModuleType
 
 import pytest
 
+from cli.edges.ansible import Event, PlaybookRun
 from cli.ops.executor import REPORT_TASK, start_failures
 from cli.reconcile.apply import ShardFailure
-from cli.shards.ansible import Event, PlaybookRun
 from tests.playbook_modules import load_playbook_module
 
 

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -30,7 +28,7 @@ from typing import Any
 import yaml
 
 from cli.edges.files import atomic_write
-from cli.errors import InputError
+from cli.edges.tools import ansible_command
 
 MAX_FORKS = 64
 
@@ -101,29 +99,6 @@ def mark_unsafe(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [mark_unsafe(item) for item in value]
     return value
-
-
-def ansible_command(name: str) -> str:
-    """The path of Ansible's command `name` (ansible-playbook, ansible-inventory…).
-
-    The one installed beside the running interpreter first: `.venv/bin/ctl` must run the
-    ansible-core it was installed with, whatever is (or is not) on PATH. Then PATH. Found
-    nowhere, an input error that names it and how to install it (exit 2 at the command),
-    raised before anything is run, never a FileNotFoundError from deep in a pass.
-    """
-    beside = Path(sys.executable).parent / name
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    found = shutil.which(name)
-    if found is None:
-        raise InputError.single(
-            name,
-            None,
-            (),
-            f"not found beside {sys.executable} nor on PATH; it comes with ansible-core, a"
-            f" dependency of ctl: {Path(sys.executable).parent / 'pip'} install ansible-core",
-        )
-    return found
 
 
 def playbook_environment(environ: Mapping[str, str], settings: Mapping[str, str]) -> dict[str, str]:
