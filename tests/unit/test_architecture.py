@@ -28,7 +28,7 @@ def lint_imports(cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_the_code_keeps_every_layer_contract() -> None:
     result = lint_imports(ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "6 kept, 0 broken" in result.stdout
+    assert "7 kept, 0 broken" in result.stdout
 
 
 def test_a_pure_module_that_imports_rich_breaks_the_contracts(tmp_path: Path) -> None:
@@ -45,6 +45,26 @@ def test_a_pure_module_that_imports_rich_breaks_the_contracts(tmp_path: Path) ->
     assert result.returncode == 1, result.stdout + result.stderr
     assert "cli.placement.gpus -> rich" in result.stdout
     assert "Only cli/ui imports rich BROKEN" in result.stdout
+
+
+def test_two_domain_packages_that_import_each_other_break_the_contracts(tmp_path: Path) -> None:
+    """The engines are below the catalog: an engine spec that read the catalog would close
+    the circle catalog → engines → catalog, which the layers and acyclic contracts refuse."""
+    shutil.copytree(ROOT / "cli", tmp_path / "cli", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    module = tmp_path / "cli" / "engines" / "specs.py"
+    source = module.read_text(encoding="utf-8")
+    marker = "from __future__ import annotations\n"
+    assert marker in source
+    module.write_text(
+        source.replace(marker, marker + "import cli.catalog.load\n", 1), encoding="utf-8"
+    )
+
+    result = lint_imports(tmp_path)
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "No package of ctl imports its siblings in a circle BROKEN" in result.stdout
+    assert "cli.engines.specs -> cli.catalog.load" in result.stdout
 
 
 # --- docs/architecture.md says what the contracts say ----------------------------------------
@@ -71,7 +91,7 @@ def test_the_documented_layers_are_the_layer_contract_top_to_bottom() -> None:
     layers = contracts()[0]
     assert layers["type"] == "layers"
     expected = [
-        sorted(name.strip() for name in str(layer).split(":"))
+        sorted(name.strip() for name in re.split(r"[:|]", str(layer)))
         for layer in layers["layers"]  # type: ignore[attr-defined]
     ]
 
