@@ -20,9 +20,10 @@ def fleet_lock(context: typer.Context, inventory: Path) -> Iterator[None]:
     from cli.commands.inputs import app_context
     from cli.edges.lock import LockTimeoutError
     from cli.ui import console
+    from cli.ui.safe import shown
 
-    def say(line: str) -> None:
-        console.err.print(line, markup=False, highlight=False)
+    def say(line: str) -> None:  # the holder's command line, from the lock file: text only
+        console.err.print(shown(line), markup=False, highlight=False)
 
     command = shlex.join(["ctl", *sys.argv[1:]])
     try:

@@ -143,8 +143,7 @@ def offboard(
                 options, plan, held.get("fleet"), inventory, loaded, ca, now,
                 on_run=say_run, say=say, decrypt=decrypt, force=force,
             )  # fmt: skip
-        for line in done.lines:
-            console.out.print(line, markup=False, highlight=False, overflow="ignore", crop=False)
+        console.print_lines(done.lines)  # a node's text among them: escaped, never markup
         return console.EXIT_OK if done.complete else console.EXIT_INCOMPLETE
 
     if dry_run:

@@ -281,8 +281,7 @@ def apply_plan(
             )
         )
     else:
-        for line in applied.lines:  # a node's text among them: never read as markup
-            console.out.print(line, markup=False, overflow="ignore", crop=False)
+        console.print_lines(applied.lines)  # a node's text among them: escaped, never markup
     return console.EXIT_OK if applied.complete else console.EXIT_INCOMPLETE
 
 

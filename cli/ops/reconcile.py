@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import random
-import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -214,7 +213,7 @@ def _renewed_into(outcome: Outcome, renewed: list[Renewed]) -> list[str]:
             )
         elif result.error is not None:
             outcome.not_renewed[result.node] = result.error
-            lines.append(f"NOT RENEWED {result.node}: {printable(result.error)}")
+            lines.append(f"NOT RENEWED {result.node}: {result.error}")
     return lines
 
 
@@ -233,37 +232,15 @@ def outcome_lines(outcome: Outcome) -> list[str]:
     lines = [f"started {replica}" for replica in outcome.started]
     for replica, why in outcome.failed.items():
         if replica in outcome.stage_failed:  # nothing of it ran: there was nothing to stop
-            lines.append(f"NOT STARTED {replica}: {printable(why)}")
+            lines.append(f"NOT STARTED {replica}: {why}")
             continue
-        lines.append(f"FAILED {replica}: {printable(why)} — stopped whole")
+        lines.append(f"FAILED {replica}: {why} — stopped whole")
         for shard in outcome.failed_shards:
             journal = shard.failure.journal
             if shard.replica == replica and journal:
                 lines.append(f"  {shard.unit} on {shard.node}, its journal's last lines:")
-                lines += [f"    {printable(line)}" for line in journal]
-    lines += [f"NOT STOPPED {r}: {printable(why)}" for r, why in outcome.stop_failures.items()]
+                lines += [f"    {line}" for line in journal]
+    lines += [f"NOT STOPPED {r}: {why}" for r, why in outcome.stop_failures.items()]
     lines += [f"NOT DRAINED {r}: {why}; it serves on" for r, why in outcome.undrained.items()]
-    lines += [f"ROUTERS NOT UPDATED: {printable(why)}" for why in outcome.route_failures]
+    lines += [f"ROUTERS NOT UPDATED: {why}" for why in outcome.route_failures]
     return lines
-
-
-def printable(text: str) -> str:
-    """A node's text as one line of plain text: control and format characters (escape
-    sequences, carriage returns, newlines, bidirectional overrides) shown escaped."""
-    return "".join(
-        _escaped(char) if unicodedata.category(char) in _UNPRINTABLE else char for char in text
-    )
-
-
-_UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
-
-
-def _escaped(char: str) -> str:
-    code = ord(char)
-    return (
-        f"\\x{code:02x}"
-        if code < 0x100
-        else f"\\u{code:04x}"
-        if code < 0x10000
-        else f"\\U{code:08x}"
-    )

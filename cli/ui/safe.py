@@ -3,7 +3,9 @@
 A GPU name, a process name, a label or a line of a file may hold ESC sequences (a CSI that
 clears the screen, an OSC 52 that writes the clipboard, an OSC 8 hyperlink), a C1 CSI (0x9b),
 a BEL or a carriage return that overwrites what came before. `shown` writes each such
-character as an escape, `\\x1b`, `\\x9b`, `\\t`, `\\n`, so the text is seen, never obeyed.
+character as an escape, `\\x1b`, `\\x9b`, `\\t`, `\\n`, `\\u202e`, so the text is seen, never
+obeyed. It is the one rule for text on a terminal: the operations and the edges hand a
+node's or a file's text up as it came, and cli/ui escapes it where it is printed.
 
 The rule for every print path in cli/ui: text built from data goes through `shown` and is
 printed as text (a `rich.text.Text`, or `markup=False`), never read as Rich markup, so
@@ -12,25 +14,29 @@ printed as text (a `rich.text.Text`, or `markup=False`), never read as Rich mark
 
 from __future__ import annotations
 
+import unicodedata
+
 NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
-# Characters that change how the text around them is laid out or read, though they are not
-# control characters: line and paragraph separators, and the bidirectional overrides and
-# isolates that reorder what is shown ("Trojan Source").
-FORMAT = frozenset("\u2028\u2029\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+# The Unicode categories never shown as themselves: control characters (C0, DEL, C1: ESC,
+# CSI, BEL...), format characters (the bidirectional overrides and isolates that reorder what
+# is shown, "Trojan Source"; zero-width characters, tag characters), lone surrogates, and
+# the line and paragraph separators that break a line where none was.
+UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 
 
 def _escape(char: str) -> str:
     if char in NAMED:
         return NAMED[char]
     code = ord(char)
-    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def unsafe(char: str) -> bool:
-    """True for C0 (0x00–0x1f), DEL (0x7f), C1 (0x80–0x9f) and the layout characters."""
-    code = ord(char)
-    return code < 0x20 or 0x7F <= code <= 0x9F or char in FORMAT
+    """True for a character of the categories in UNSAFE_CATEGORIES."""
+    return unicodedata.category(char) in UNSAFE_CATEGORIES
 
 
 def shown(text: str, keep_newlines: bool = False) -> str:

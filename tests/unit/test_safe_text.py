@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cli.ui.safe import shown
+from cli.ui.safe import UNSAFE_CATEGORIES, shown
 
 
 @pytest.mark.parametrize("code", range(0xA0))
@@ -64,3 +66,26 @@ def test_no_control_character_survives(text: str) -> None:
 @given(st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E)))
 def test_printable_ascii_is_unchanged(text: str) -> None:
     assert shown(text) == text
+
+
+def test_control_format_and_separator_characters_are_escaped_and_nothing_else() -> None:
+    assert shown("é 漢 ok\t\n\x00\x7f\u200b\U000e0001\u00ad") == (
+        "é 漢 ok\\t\\n\\x00\\x7f\\u200b\\U000e0001\\xad"
+    )
+
+
+@settings(max_examples=500)
+@given(st.characters())
+def test_the_one_rule_a_character_is_itself_or_an_ascii_escape_by_its_category(
+    char: str,
+) -> None:
+    """The rule every print path keeps (node text, file text, the lock's holder): a character
+    of the control, format, surrogate or separator categories becomes an ASCII escape of its
+    code point; every other character is printed as itself."""
+    result = shown(char)
+    if unicodedata.category(char) in UNSAFE_CATEGORIES:
+        assert result.startswith("\\") and result.isascii() and result.isprintable()
+        named = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+        assert result == named.get(char) or int(result[2:], 16) == ord(char)
+    else:
+        assert result == char
