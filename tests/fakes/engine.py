@@ -284,7 +284,7 @@ FLASH_ATTN_VALUES: Final = ("on", "off", "auto")
 FLAGS_ENV: Final = "MODELFLEET_STANDIN_FLAGS"
 FLAGS_DIRS: Final = (
     "/etc/modelfleet-fake/engine_flags",
-    str(Path(__file__).resolve().parents[2] / "cli" / "shards" / "engine_flags"),
+    str(Path(__file__).resolve().parents[2] / "cli" / "engines" / "engine_flags"),
 )
 DATA_ENGINE: Final[dict[str, str]] = {
     "vllm": "vllm",

@@ -13,7 +13,7 @@ import tarfile
 from pathlib import Path
 from typing import Final
 
-FLAG_DATA: Final = Path(__file__).resolve().parents[2] / "cli" / "shards" / "engine_flags"
+FLAG_DATA: Final = Path(__file__).resolve().parents[2] / "cli" / "engines" / "engine_flags"
 FLAG_DIR: Final = "/etc/modelfleet-fake/engine_flags"  # tests/fakes/engine.py FLAGS_DIRS
 INSTALL_FLAG_DATA: Final = f"rm -rf {FLAG_DIR} && mkdir -p {FLAG_DIR} && tar -x -C {FLAG_DIR}"
 
