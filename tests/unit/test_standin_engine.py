@@ -30,7 +30,7 @@ import pytest
 from tests.fakes.hub import run_hub
 
 ENGINE = Path(__file__).resolve().parents[1] / "fakes" / "engine.py"
-FLAG_DATA = Path(__file__).resolve().parents[2] / "cli" / "shards" / "engine_flags"
+FLAG_DATA = Path(__file__).resolve().parents[2] / "cli" / "engines" / "engine_flags"
 HOSTNAME = socket.gethostname()
 LOCALHOST = "127.0.0.1"
 # No proxy from the environment may come between the tests and 127.0.0.1.
