@@ -85,20 +85,20 @@ def read_fleet(
 
     Every node not reached is named on stderr with why, unless `say_unreached` is False:
     for a command whose own output names it (a fact is said once)."""
-    from cli.ops.fleet import load_fleet
+    from cli.inventory.load import load_inventory
+    from cli.ops.fleet import fleet_of
     from cli.ui import console
     from cli.ui.progress import gather_progress
 
     options = app_context(context)
     with console.input_errors(), default_path_hint(inventory_path):
+        # Read once: its hosts size the progress bar and are the ones gathered.
+        inventory = load_inventory(inventory_path, options.decrypt())
         if facts_dir is not None:
-            fleet = load_fleet(options, inventory_path, facts_dir)
+            fleet = fleet_of(options, inventory, inventory_path, facts_dir)
         else:
-            from cli.inventory.load import load_inventory
-
-            hosts = len(load_inventory(inventory_path, options.decrypt()).hosts)
-            with gather_progress(hosts) as progress:
-                fleet = load_fleet(options, inventory_path, None, progress)
+            with gather_progress(len(inventory.hosts)) as progress:
+                fleet = fleet_of(options, inventory, inventory_path, None, progress)
     # A snapshot's unreached nodes come as warnings "NAME: why": the same fact.
     unreached = {f"{n}: {f.error}" for n, f in fleet.facts.items() if f.error is not None}
     for warning in fleet.warnings:

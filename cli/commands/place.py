@@ -69,7 +69,6 @@ def place(
             wanted.append(resolved)
     if not dry_run and wanted:
         from cli.commands.reconcile import apply_plan
-        from cli.ops.fleet import model_stores, rank_networks, serving_addresses
         from cli.placement.place import running_replicas
         from cli.reconcile.planner import plan_manual
         from cli.ui.plan import render_plan
@@ -84,10 +83,10 @@ def place(
                     f" {catalog} to run another; nothing was started",
                     console.EXIT_INCOMPLETE,
                 )
-        addresses, listen = serving_addresses(fleet.inventory)
-        networks = rank_networks(fleet.inventory)
-        stores = model_stores(fleet.inventory)
-        the_plan = plan_manual(loaded, fleet.snapshot, wanted, addresses, listen, networks, stores)
+        addresses, listen = fleet.serving
+        the_plan = plan_manual(
+            loaded, fleet.snapshot, wanted, addresses, listen, fleet.networks, fleet.stores
+        )
         console.print_lines(render_plan(the_plan))
         raise SystemExit(apply_plan(context, fleet, the_plan, inventory))
     waits: list[str] = []

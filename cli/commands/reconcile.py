@@ -196,7 +196,7 @@ def _reconcile_pass(
     ca_dir: Path | None,
 ) -> int:
     from cli.commands.inputs import app_context, read_catalog, read_fleet, require_tools
-    from cli.ops.reconcile import due_certificates, plan_pass
+    from cli.ops.reconcile import plan_pass
     from cli.reconcile.planner import DRAINING
     from cli.reconcile.report import reconcile_json
     from cli.ui import console
@@ -209,7 +209,7 @@ def _reconcile_pass(
     options = app_context(context)
     directory = ca_directory(ca_dir)
     ca = None
-    if due_certificates(fleet) and directory.exists():  # the CA is read only when needed
+    if fleet.due and directory.exists():  # the CA is read only when needed
         with console.input_errors():
             ca = open_ca(directory, datetime.now(UTC))
     the_plan = plan_pass(

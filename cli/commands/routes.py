@@ -50,7 +50,6 @@ def routes(
     """
     from cli.commands.inputs import read_catalog, read_fleet, require_tools
     from cli.commands.locking import fleet_lock
-    from cli.ops.fleet import serving_addresses
     from cli.routes.litellm import render
     from cli.routes.table import route_table, routes_json
     from cli.ui import console
@@ -67,7 +66,7 @@ def routes(
     with fleet_lock(context, inventory) if apply else contextlib.nullcontext():
         loaded = read_catalog(catalog)
         fleet = read_fleet(context, inventory, facts)
-        addresses, _ = serving_addresses(fleet.inventory)
+        addresses, _ = fleet.serving
         table = route_table(loaded, fleet.snapshot, addresses)
         if as_json:
             console.print_json(routes_json(table))

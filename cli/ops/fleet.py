@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 
 from cli.cluster.snapshot import Snapshot, build_snapshot
@@ -22,7 +23,7 @@ from cli.facts.store import load_facts_dir
 from cli.inventory.load import load_inventory
 from cli.inventory.schema import Inventory
 from cli.ops.context import AppContext
-from cli.reconcile.renewal import ca_warnings
+from cli.reconcile.renewal import Renewal, ca_warnings, due_renewals
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,32 @@ class Fleet:
     @property
     def partial(self) -> bool:
         return bool(self.unreached)
+
+    # What a pass reads of the fleet more than once (the planner, apply, the routers),
+    # derived once: a pass has one Fleet.
+    @cached_property
+    def serving(self) -> tuple[dict[str, str], dict[str, str]]:
+        """serving_addresses of the inventory: (reach, listen)."""
+        return serving_addresses(self.inventory)
+
+    @cached_property
+    def networks(self) -> dict[str, tuple[str | None, str | None]]:
+        return rank_networks(self.inventory)
+
+    @cached_property
+    def stores(self) -> dict[str, str | None]:
+        return model_stores(self.inventory)
+
+    @cached_property
+    def shares(self) -> dict[str, str]:
+        return store_shares(self.inventory)
+
+    @cached_property
+    def due(self) -> tuple[Renewal, ...]:
+        """The reachable nodes whose certificates are due (cli/reconcile/renewal.py), at the
+        moment the fleet was seen."""
+        addresses = {host.name: host.address for host in self.inventory.hosts}
+        return due_renewals(self.snapshot.nodes, addresses, self.snapshot.now)
 
 
 def _from_snapshot(inventory: Inventory, facts_dir: Path, options: AppContext) -> Fleet:
@@ -126,6 +153,18 @@ def load_fleet(
     """The inventory at `inventory_path` and its facts: from the snapshot `facts_dir`, or
     gathered live now. Bad input raises InputError; a node not reached is in `unreached`."""
     inventory = load_inventory(inventory_path, options.decrypt())
+    return fleet_of(options, inventory, inventory_path, facts_dir, on_progress)
+
+
+def fleet_of(
+    options: AppContext,
+    inventory: Inventory,
+    inventory_path: Path,
+    facts_dir: Path | None,
+    on_progress: Callable[[str, str | None], None] | None = None,
+) -> Fleet:
+    """The facts of `inventory`, already read from `inventory_path`: from the snapshot
+    `facts_dir`, or gathered live now."""
     if facts_dir is not None:
         return _from_snapshot(inventory, facts_dir, options)
     return gather_fleet(inventory, inventory_path, options, on_progress)

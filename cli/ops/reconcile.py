@@ -18,14 +18,7 @@ from cli.catalog.load import Catalog
 from cli.edges.ansible import PlaybookRun
 from cli.ops.context import AppContext
 from cli.ops.executor import AnsibleExecutor
-from cli.ops.fleet import (
-    Fleet,
-    model_stores,
-    node_targets,
-    rank_networks,
-    serving_addresses,
-    store_shares,
-)
+from cli.ops.fleet import Fleet, node_targets
 from cli.ops.renew import Renewed, renew_certificates
 from cli.ops.staging import ProgressLines, watch_staging
 from cli.ops.tokens import resolve_tokens
@@ -34,7 +27,7 @@ from cli.pki.store import CertificateAuthority, default_ca_dir, published_crl
 from cli.reconcile.apply import Outcome, apply
 from cli.reconcile.ledger import ledger_path, load_ledger, save_ledger
 from cli.reconcile.planner import DRAINING, Plan, cordoned, plan
-from cli.reconcile.renewal import Renewal, due_renewals, sort_out
+from cli.reconcile.renewal import sort_out
 from cli.routes.deploy import PlaybookRouter, RouterDeployer, router_hosts
 from cli.shards.staging import evictable_directories
 
@@ -54,13 +47,6 @@ def ledger_file(options: AppContext, inventory_path: Path) -> Path:
     return ledger_path(inventory_path, options.state)
 
 
-def due_certificates(fleet: Fleet) -> tuple[Renewal, ...]:
-    """The reachable nodes whose certificates are due (cli/reconcile/renewal.py), at the moment
-    the fleet was seen."""
-    addresses = {host.name: host.address for host in fleet.inventory.hosts}
-    return due_renewals(fleet.snapshot.nodes, addresses, fleet.snapshot.now)
-
-
 def plan_pass(
     options: AppContext,
     catalog: Catalog,
@@ -78,19 +64,18 @@ def plan_pass(
     written); `force`: drain even a replica no replacement is found for; `defragment`:
     moves that make room for a replica that fits nowhere. The certificates due are
     renewed with `ca`, the CA found in `ca_dir`, and only said without one."""
-    addresses, listen = serving_addresses(fleet.inventory)
-    networks = rank_networks(fleet.inventory)
+    addresses, listen = fleet.serving
     ledger = load_ledger(ledger_file(options, inventory_path))
     # No rng: each failure's jitter comes from the failure itself, so the same inputs give
     # the same plan in a dry run and in the pass (and in `ctl place --all --dry-run`).
     snapshot = cordoned(fleet.snapshot, dict.fromkeys(evict, cordon))
     the_plan = plan(
         catalog, snapshot, ledger, addresses, None, evict, listen=listen, force=force,
-        networks=networks, stores=model_stores(fleet.inventory), defragment=defragment,
+        networks=fleet.networks, stores=fleet.stores, defragment=defragment,
     )  # fmt: skip
     here = None if ca is None else (ca.name, fingerprint(ca.cert))
     where = str(ca_dir if ca_dir is not None else default_ca_dir())
-    renew, said = sort_out(due_certificates(fleet), here, where)
+    renew, said = sort_out(fleet.due, here, where)
     return replace(the_plan, renewals=renew, certificates_due=said)
 
 
@@ -147,8 +132,7 @@ def apply_plan(
         deployer = router_deployer(options, fleet, inventory_path, on_run, ca_dir=ca_dir)
     router = None
     if deployer is not None and catalog is not None:
-        addresses, _ = serving_addresses(fleet.inventory)
-        router = PlaybookRouter(catalog, fleet.snapshot, addresses, deployer)
+        router = PlaybookRouter(catalog, fleet.snapshot, fleet.serving[0], deployer)
     if the_plan.empty:
         save_ledger(ledger, the_plan.ledger)
         why = None if router is None else router.sync()
@@ -172,7 +156,7 @@ def apply_plan(
             options.known_hosts(inventory_path), options.connect_timeout, jobs,
             ProgressLines(report),
         ),
-        shares=store_shares(fleet.inventory),
+        shares=fleet.shares,
         evictable=evictable_directories(fleet.snapshot.nodes, _starting(the_plan)),
     )  # fmt: skip
     rng = random.Random(the_plan.now.isoformat())  # the same inputs, the same backoffs
