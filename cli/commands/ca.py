@@ -2,51 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-if TYPE_CHECKING:
-    from cli.pki.store import CertificateAuthority
-
-CaDirOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--ca-dir",
-        envvar="MODELFLEET_CA_DIR",
-        help="The CA's directory (default: $XDG_CONFIG_HOME/modelfleet/ca,"
-        " else ~/.config/modelfleet/ca).",
-    ),
-]
+from cli.commands.options import CaDirOption
 
 app = typer.Typer(
     help="The fleet's certificate authority: it signs every node's certificate.",
     no_args_is_help=True,
 )
-
-
-def ca_directory(ca_dir: Path | None) -> Path:
-    from cli.pki.store import default_ca_dir
-
-    return ca_dir if ca_dir is not None else default_ca_dir()
-
-
-def open_ca(directory: Path, now: datetime) -> CertificateAuthority:
-    """The CA in `directory`, checked (bad files: InputError, exit 2), with a warning on
-    stderr when its certificate ends within 30 days: every command that loads it says so."""
-    from cli.pki.certs import ca_expiry_warning
-    from cli.pki.store import load_ca
-    from cli.ui import console
-
-    ca = load_ca(directory, now)
-    warning = ca_expiry_warning(
-        ca.cert.not_valid_after_utc, now, f"the CA certificate {ca.cert_path}"
-    )
-    if warning is not None:
-        console.err.print(f"warning: {warning}", markup=False, emoji=False, soft_wrap=True)
-    return ca
 
 
 @app.command("init")
@@ -67,6 +32,7 @@ def init(
     import socket
     from datetime import UTC, datetime
 
+    from cli.ops.ca import ca_directory
     from cli.pki.certs import CA_VALIDITY, fingerprint
     from cli.pki.store import init_ca
     from cli.ui import console

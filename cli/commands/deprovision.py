@@ -8,14 +8,14 @@ from typing import Annotated
 
 import typer
 
-from cli.commands.ca import CaDirOption
 from cli.commands.options import (
     DEFAULT_CATALOG,
     DEFAULT_INVENTORY,
+    CaDirOption,
     CatalogOption,
     InventoryOption,
 )
-from cli.commands.provision import (
+from cli.commands.proxmox import (
     DEFAULT_PORT,
     DEFAULT_TIMEOUT,
     CaCertOption,
@@ -64,8 +64,8 @@ def deprovision_node(
     VM that is not the provisioned one, Proxmox refused or did not answer), 2 on bad input
     (nothing changed).
     """
-    from cli.commands.offboard import offboard
-    from cli.commands.provision import print_failure, proxmox_session
+    from cli.commands.offboarding import offboard
+    from cli.commands.proxmox import print_failure, proxmox_session
     from cli.inventory.load import load_inventory
     from cli.ops.deprovision import Deprovisioner
     from cli.ops.provision import Limits, ProvisionError

@@ -6,9 +6,12 @@ and names every node not reached with why.
 
 from __future__ import annotations
 
+import shlex
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,6 +24,8 @@ from cli.ops.context import AppContext
 if TYPE_CHECKING:
     from cli.catalog.load import Catalog
     from cli.ops.fleet import Fleet
+    from cli.ops.reconcile import PassHooks
+    from cli.pki.store import CertificateAuthority
 
 
 def app_context(context: typer.Context) -> AppContext:
@@ -107,3 +112,65 @@ def read_fleet(
     for name, reason in fleet.unreached.items() if say_unreached else ():
         console.err.print(f"unreachable: {name}: {console.rich_escape(reason)}")
     return fleet
+
+
+def read_ca(ca_dir: Path | None, now: datetime) -> CertificateAuthority:
+    """The CA of --ca-dir (or the default), checked; a warning on stderr when its
+    certificate ends within 30 days. Bad files: InputError (the caller's exit 2)."""
+    from cli.ops.ca import ca_directory, open_ca
+
+    return open_ca(ca_directory(ca_dir), now, _warn)
+
+
+def pass_hooks(
+    context: typer.Context, inventory_path: Path, facts_dir: Path | None, as_json: bool = False
+) -> PassHooks:
+    """What a reconcile pass (cli/ops/reconcile.py run_pass) needs of the command line: the
+    fleet read with progress, the lock's lines, the plan shown (not for --json), the
+    mass-stop question asked on a terminal, progress and playbook runs on stderr."""
+    from cli.ops.reconcile import PassHooks
+    from cli.ui import console
+    from cli.ui.plan import render_plan
+
+    def confirm(said: str) -> bool:
+        import sys
+
+        if sys.stdin.isatty():
+            return typer.confirm(f"{said}. Go on?", default=False, err=True)
+        console.err.print(
+            f"error: {said}; nothing was changed (check the catalog; --yes to go on)",
+            markup=False,
+        )
+        return False
+
+    return PassHooks(
+        read_fleet=lambda: read_fleet(context, inventory_path, facts_dir),
+        command=holder(),
+        waiting=say_waiting,
+        show_plan=lambda the_plan: None if as_json else console.print_lines(render_plan(the_plan)),
+        confirm=confirm,
+        say=lambda line: console.out.print(line, markup=False),
+        warn=_warn,
+        report=lambda line: console.err.print(console.rich_escape(line)),
+        on_run=console.say_run,
+    )
+
+
+def _warn(line: str) -> None:
+    from cli.ui import console
+
+    console.err.print(line, markup=False, emoji=False, soft_wrap=True)
+
+
+def holder() -> str:
+    """This ctl as the lock file names it to another one waiting."""
+    return shlex.join(["ctl", *sys.argv[1:]])
+
+
+def say_waiting(line: str) -> None:
+    """A line of the lock's on stderr: the holder's command line, from the lock file, is
+    text only."""
+    from cli.ui import console
+    from cli.ui.safe import shown
+
+    console.err.print(shown(line), markup=False, highlight=False)

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import contextlib
-import shlex
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import typer
+
+
+@contextlib.contextmanager
+def lock_timeout_exits() -> Iterator[None]:
+    """Another ctl still holding the lock after --lock-timeout: that said on stderr, exit
+    code 1, nothing changed."""
+    from cli.commands.inputs import say_waiting
+    from cli.edges.lock import LockTimeoutError
+    from cli.ui import console
+
+    try:
+        yield
+    except LockTimeoutError as error:
+        say_waiting(f"error: {error}")
+        raise SystemExit(console.EXIT_INCOMPLETE) from None
 
 
 @contextlib.contextmanager
@@ -17,18 +30,10 @@ def fleet_lock(context: typer.Context, inventory: Path) -> Iterator[None]:
 
     Another ctl holding it: a line on stderr naming it, then wait up to ctl's
     --lock-timeout; still held then: that said on stderr, exit code 1, nothing changed."""
-    from cli.commands.inputs import app_context
-    from cli.edges.lock import LockTimeoutError
-    from cli.ui import console
-    from cli.ui.safe import shown
+    from cli.commands.inputs import app_context, holder, say_waiting
 
-    def say(line: str) -> None:  # the holder's command line, from the lock file: text only
-        console.err.print(shown(line), markup=False, highlight=False)
-
-    command = shlex.join(["ctl", *sys.argv[1:]])
-    try:
-        with app_context(context).fleet_lock(inventory, command, waiting=say):
-            yield
-    except LockTimeoutError as error:
-        say(f"error: {error}")
-        raise SystemExit(console.EXIT_INCOMPLETE) from None
+    with (
+        lock_timeout_exits(),
+        app_context(context).fleet_lock(inventory, holder(), waiting=say_waiting),
+    ):
+        yield

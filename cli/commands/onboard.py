@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cli.commands.ca import CaDirOption, ca_directory, open_ca
-from cli.commands.options import DEFAULT_INVENTORY, InventoryOption
+from cli.commands.options import DEFAULT_INVENTORY, CaDirOption, InventoryOption
 
 if TYPE_CHECKING:
     from cli.inventory.schema import Inventory
@@ -83,7 +82,7 @@ def onboard_node(
     import sys
     from datetime import UTC, datetime
 
-    from cli.commands.inputs import app_context
+    from cli.commands.inputs import app_context, read_ca
     from cli.edges.ssh import NodeError
     from cli.ops.onboard import Request, onboard
     from cli.ui import console
@@ -107,7 +106,7 @@ def onboard_node(
 
     with console.input_errors():
         parsed = parse_labels(labels or [])
-        ca = open_ca(ca_directory(ca_dir), now)
+        ca = read_ca(ca_dir, now)
         request = Request(
             name=name,
             inventory=inventory,

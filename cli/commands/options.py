@@ -45,3 +45,14 @@ def parse_duration(text: str) -> timedelta:
     if match is None:
         raise typer.BadParameter(f"'{text}' is not a duration like 90s, 30m, 2h or 1d")
     return timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
+
+
+CaDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--ca-dir",
+        envvar="MODELFLEET_CA_DIR",
+        help="The CA's directory (default: $XDG_CONFIG_HOME/modelfleet/ca,"
+        " else ~/.config/modelfleet/ca).",
+    ),
+]

@@ -53,10 +53,6 @@ def place(
     if not dry_run and facts is not None:
         console.fail("--facts reads a snapshot: use it with --dry-run; starting needs live facts")
     loaded = read_catalog(catalog)
-    fleet = read_fleet(context, inventory, facts)
-    # The nodes' shard records, believed as far as the catalog bears them out, as the
-    # reconcile planner believes them (cli/cluster/trust.py).
-    snapshot = checked(fleet.snapshot, loaded)
     wanted: list[str] | None = None
     if models:
         wanted = []
@@ -68,27 +64,24 @@ def place(
                 )
             wanted.append(resolved)
     if not dry_run and wanted:
-        from cli.commands.reconcile import apply_plan
-        from cli.placement.place import running_replicas
-        from cli.reconcile.planner import plan_manual
-        from cli.ui.plan import render_plan
+        # One more replica of each, planned and started in one pass under the fleet's lock.
+        from cli.commands.inputs import app_context, pass_hooks, require_tools
+        from cli.commands.locking import lock_timeout_exits
+        from cli.ops.reconcile import PassRequest, run_pass
 
-        # Above replicas.max, the next reconcile would drain it again: refuse it now.
-        running = running_replicas(snapshot)
-        for name in wanted:
-            have, most = len(running.get(name, ())), loaded.models[name].replicas_max
-            if have >= most:
-                console.fail(
-                    f"{name} runs {have} replica(s), its replicas.max is {most}: raise it in"
-                    f" {catalog} to run another; nothing was started",
-                    console.EXIT_INCOMPLETE,
-                )
-        addresses, listen = fleet.serving
-        the_plan = plan_manual(
-            loaded, fleet.snapshot, wanted, addresses, listen, fleet.networks, fleet.stores
-        )
-        console.print_lines(render_plan(the_plan))
-        raise SystemExit(apply_plan(context, fleet, the_plan, inventory))
+        require_tools("ansible-playbook")
+        request = PassRequest(loaded, inventory, dry_run=False, models=tuple(wanted))
+        with lock_timeout_exits(), console.input_errors():
+            result = run_pass(app_context(context), request, pass_hooks(context, inventory, None))
+        if result.refused is not None:
+            console.fail(result.refused, console.EXIT_INCOMPLETE)
+        assert result.applied is not None
+        console.print_lines(result.applied.lines)
+        raise SystemExit(console.EXIT_OK if result.complete else console.EXIT_INCOMPLETE)
+    fleet = read_fleet(context, inventory, facts)
+    # The nodes' shard records, believed as far as the catalog bears them out, as the
+    # reconcile planner believes them (cli/cluster/trust.py).
+    snapshot = checked(fleet.snapshot, loaded)
     waits: list[str] = []
     waiting: dict[str, dict[str, object]] = {}
     if wanted is None:

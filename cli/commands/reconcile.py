@@ -5,27 +5,20 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from cli.commands.ca import CaDirOption, ca_directory, open_ca
 from cli.commands.options import (
     DEFAULT_CATALOG,
     DEFAULT_INVENTORY,
+    CaDirOption,
     CatalogOption,
     FactsOption,
     InventoryOption,
     JsonOption,
     parse_duration,
 )
-
-if TYPE_CHECKING:
-    from cli.catalog.load import Catalog
-    from cli.edges.ansible import PlaybookRun
-    from cli.ops.fleet import Fleet
-    from cli.pki.store import CertificateAuthority
-    from cli.reconcile.planner import Plan
 
 DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Print the plan; change nothing.")]
 
@@ -119,32 +112,17 @@ def drain(
     out. The pass also does whatever else reconcile would. Exit code 0 when all of it was
     done, 1 when something could not be (as reconcile's), 2 on bad input (an unknown node)."""
     from cli.commands.inputs import app_context, require_tools
-    from cli.inventory.edit import cordon_node
     from cli.inventory.load import load_inventory
     from cli.ui import console
 
     with console.input_errors():
-        host = load_inventory(inventory, app_context(context).decrypt()).find(node)
+        load_inventory(inventory, app_context(context).decrypt()).find(node)
     if not dry_run:
         require_tools("ansible-playbook")  # before the cordon is written
-    evict = frozenset({node})
-    if dry_run:
-        code = reconcile_pass(
-            context, catalog, inventory, None, dry_run, evict, force, reason, ca_dir=ca_dir
-        )
-        raise SystemExit(code)
-    from cli.commands.locking import fleet_lock
-
-    with fleet_lock(context, inventory):  # the cordon and the pass, as one change
-        if host.vars.cordoned is None:
-            with console.input_errors():
-                console.out.print(
-                    cordon_node(inventory, node, reason, app_context(context).decrypt()),
-                    markup=False,
-                )
-        code = reconcile_pass(
-            context, catalog, inventory, None, dry_run, evict, force, reason, ca_dir=ca_dir
-        )
+    code = reconcile_pass(
+        context, catalog, inventory, None, dry_run, frozenset({node}), force, reason,
+        ca_dir=ca_dir, write_cordon=True,
+    )  # fmt: skip
     raise SystemExit(code)
 
 
@@ -162,134 +140,38 @@ def reconcile_pass(
     as_json: bool = False,
     defragment: bool = False,
     ca_dir: Path | None = None,
+    write_cordon: bool = False,
 ) -> int:
-    """One pass: plan, show, and (not dry_run) carry out, holding the fleet's lock from the
-    first fact gathered to the last change, so two passes never plan on the same state.
+    """One pass (cli/ops/reconcile.py run_pass), rendered; the exit code.
     Not `confirmed`: a plan that stops most running replicas is asked about first.
     `as_json`: the plan and what was done as one document on stdout (docs/json.md).
     `defragment`: moves that make room are planned too (cli/reconcile/planner.py).
-    `ca_dir`: where the CA that renews node certificates is (default as `ctl ca init`)."""
-    args = (
-        context, catalog_path, inventory_path, facts_dir, dry_run, evict, force, cordon,
-        confirmed, as_json, defragment, ca_dir,
-    )  # fmt: skip
-    if dry_run:
-        return _reconcile_pass(*args)
-    from cli.commands.locking import fleet_lock
-
-    with fleet_lock(context, inventory_path):
-        return _reconcile_pass(*args)
-
-
-def _reconcile_pass(
-    context: typer.Context,
-    catalog_path: Path,
-    inventory_path: Path,
-    facts_dir: Path | None,
-    dry_run: bool,
-    evict: frozenset[str],
-    force: bool,
-    cordon: str | None,
-    confirmed: bool,
-    as_json: bool,
-    defragment: bool,
-    ca_dir: Path | None,
-) -> int:
-    from cli.commands.inputs import app_context, read_catalog, read_fleet, require_tools
-    from cli.ops.reconcile import plan_pass
+    `ca_dir`: where the CA that renews node certificates is (default as `ctl ca init`).
+    `write_cordon`: the `evict` nodes are cordoned with `cordon` first (drain)."""
+    from cli.commands.inputs import app_context, pass_hooks, read_catalog, require_tools
+    from cli.commands.locking import lock_timeout_exits
+    from cli.ops.reconcile import PassRequest, run_pass
     from cli.reconcile.planner import DRAINING
     from cli.reconcile.report import reconcile_json
     from cli.ui import console
-    from cli.ui.plan import render_plan
 
     if not dry_run:
         require_tools("ansible-playbook")  # before anything is gathered, planned or said
-    loaded = read_catalog(catalog_path)
-    fleet = read_fleet(context, inventory_path, facts_dir)
-    options = app_context(context)
-    directory = ca_directory(ca_dir)
-    ca = None
-    if fleet.due and directory.exists():  # the CA is read only when needed
-        with console.input_errors():
-            ca = open_ca(directory, datetime.now(UTC))
-    the_plan = plan_pass(
-        options, loaded, fleet, inventory_path, evict, force, cordon or DRAINING, defragment,
-        ca, directory,
+    request = PassRequest(
+        read_catalog(catalog_path), inventory_path, dry_run, evict, force, cordon or DRAINING,
+        write_cordon, defragment, confirmed, ca_dir=ca_dir,
     )  # fmt: skip
-    if not as_json:
-        console.print_lines(render_plan(the_plan))
-    if dry_run:
-        incomplete = bool(the_plan.unplaced or the_plan.waits) or fleet.partial
-        if as_json:
-            console.print_json(reconcile_json(the_plan, dry_run=True, complete=not incomplete))
-        return console.EXIT_INCOMPLETE if incomplete else console.EXIT_OK
-    if not confirmed and not _mass_stop_confirmed(the_plan):
+    hooks = pass_hooks(context, inventory_path, facts_dir, as_json)
+    with lock_timeout_exits(), console.input_errors():
+        result = run_pass(app_context(context), request, hooks)
+    assert result.plan is not None  # a whole pass always plans
+    if result.refused is not None:
         return console.EXIT_INCOMPLETE
-    return apply_plan(
-        context, fleet, the_plan, inventory_path, loaded, as_json=as_json, ca=ca,
-        ca_dir=directory,
-    )  # fmt: skip
-
-
-def _mass_stop_confirmed(the_plan: Plan) -> bool:
-    """True unless the plan stops more than half of the running replicas with nothing in
-    their place and the operator, asked on a terminal, says no (or there is no terminal)."""
-    import sys
-
-    from cli.reconcile.planner import retired_unreplaced
-    from cli.ui import console
-
-    lost, running = retired_unreplaced(the_plan)
-    if 2 * len(lost) <= running:
-        return True
-    said = f"this pass stops {len(lost)} of {running} running replicas, with nothing in their place"
-    if sys.stdin.isatty():
-        return typer.confirm(f"{said}. Go on?", default=False, err=True)
-    console.err.print(
-        f"error: {said}; nothing was changed (check the catalog; --yes to go on)", markup=False
-    )
-    return False
-
-
-def apply_plan(
-    context: typer.Context,
-    fleet: Fleet,
-    the_plan: Plan,
-    inventory_path: Path,
-    catalog: Catalog | None = None,
-    *,
-    as_json: bool = False,
-    ca: CertificateAuthority | None = None,
-    ca_dir: Path | None = None,
-) -> int:
-    """Run `the_plan` on the nodes; say what happened (`as_json`: the plan and the outcome
-    as one document); the exit code."""
-    from cli.commands.inputs import app_context
-    from cli.ops import reconcile as ops
-    from cli.reconcile.report import reconcile_json
-    from cli.ui import console
-
-    applied = ops.apply_plan(
-        app_context(context), fleet, the_plan, inventory_path, catalog,
-        on_run=say_run, report=lambda line: console.err.print(console.rich_escape(line)),
-        ca=ca, ca_dir=ca_dir,
-    )  # fmt: skip
     if as_json:
+        outcome = None if result.applied is None else result.applied.outcome
         console.print_json(
-            reconcile_json(
-                the_plan, dry_run=False, complete=applied.complete, outcome=applied.outcome
-            )
+            reconcile_json(result.plan, dry_run=dry_run, complete=result.complete, outcome=outcome)
         )
-    else:
-        console.print_lines(applied.lines)  # a node's text among them: escaped, never markup
-    return console.EXIT_OK if applied.complete else console.EXIT_INCOMPLETE
-
-
-def say_run(run: PlaybookRun) -> None:
-    """One line on stderr per playbook run: how it ended and where its log is."""
-    from cli.ui import console
-
-    console.err.print(
-        f"  {run.playbook}: exit {run.returncode}, {run.changed} change(s),"
-        f" {run.seconds:.1f} s — log {run.log}"
-    )
+    elif result.applied is not None:
+        console.print_lines(result.applied.lines)  # a node's text among them: escaped
+    return console.EXIT_OK if result.complete else console.EXIT_INCOMPLETE

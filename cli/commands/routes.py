@@ -84,12 +84,11 @@ def routes(
 def _apply(context: typer.Context, fleet: Fleet, inventory_path: Path, table: RouteTable) -> int:
     """Push `table` to the routers; the exit code."""
     from cli.commands.inputs import app_context
-    from cli.commands.reconcile import say_run
     from cli.ops.reconcile import router_deployer
     from cli.routes.deploy import failure_text
     from cli.ui import console
 
-    deployer = router_deployer(app_context(context), fleet, inventory_path, say_run)
+    deployer = router_deployer(app_context(context), fleet, inventory_path, console.say_run)
     if deployer is None:
         console.fail(f"no hosts in the inventory group routers of {inventory_path}")
     failures = deployer.push(table)

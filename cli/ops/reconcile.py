@@ -1,8 +1,12 @@
 """The reconcile pass: plan the fleet against the catalog, then carry the plan out.
 
-`plan_pass` only computes (a dry run stops there); `apply_plan` runs it on the nodes with
-the playbooks and, where the inventory has a `routers` group, keeps the routers in step
-(docs/routing.md). Both return what happened; the command says it.
+`run_pass` is the pass `ctl reconcile`, `ctl drain` and `ctl place` run, whole: the fleet's
+lock, the cordon a drain writes, the CA opened when a certificate is due, the plan, the
+mass-stop guard, and the plan carried out. It takes a PassRequest and returns a PassResult
+that the command only renders; what it reads from the terminal or says on it goes through
+the PassHooks the command hands it. Its parts: `plan_pass` only computes (a dry run stops
+there); `apply_plan` runs the plan on the nodes with the playbooks and, where the inventory
+has a `routers` group, keeps the routers in step (docs/routing.md).
 """
 
 from __future__ import annotations
@@ -10,12 +14,17 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from cli.catalog.load import Catalog
+from cli.cluster.snapshot import checked
 from cli.edges.ansible import PlaybookRun
+from cli.inventory.edit import cordon_node
+from cli.inventory.load import load_inventory
+from cli.ops.ca import ca_directory, open_ca
 from cli.ops.context import AppContext
 from cli.ops.executor import AnsibleExecutor
 from cli.ops.fleet import Fleet, node_targets
@@ -24,9 +33,10 @@ from cli.ops.staging import ProgressLines, watch_staging
 from cli.ops.tokens import resolve_tokens
 from cli.pki.certs import fingerprint
 from cli.pki.store import CertificateAuthority, default_ca_dir, published_crl
+from cli.placement.place import running_replicas
 from cli.reconcile.apply import Outcome, apply
 from cli.reconcile.ledger import ledger_path, load_ledger, save_ledger
-from cli.reconcile.planner import DRAINING, Plan, cordoned, plan
+from cli.reconcile.planner import DRAINING, Plan, cordoned, plan, plan_manual, retired_unreplaced
 from cli.reconcile.renewal import sort_out
 from cli.routes.deploy import PlaybookRouter, RouterDeployer, router_hosts
 from cli.shards.staging import evictable_directories
@@ -41,6 +51,162 @@ class Applied:
     lines: list[str]
     complete: bool
     outcome: Outcome  # the same, for machines (cli/reconcile/report.py)
+
+
+@dataclass(frozen=True)
+class PassRequest:
+    """One pass as a command asks for it.
+
+    `evict`: nodes being drained, planned as cordoned with reason `cordon`, which is written
+    to the inventory first when `write_cordon` (drain); `force`: drain even a replica no
+    replacement is found for; `defragment`: moves that make room are planned too;
+    `confirmed`: a plan that stops most running replicas goes ahead without asking;
+    `models`: start one more replica of each of these and nothing else (`ctl place`);
+    `ca_dir`: where the CA that renews node certificates is; not `renew`: no certificate is
+    renewed or said (offboarding's drain: renewing is reconcile's and drain's work)."""
+
+    catalog: Catalog
+    inventory_path: Path
+    dry_run: bool
+    evict: frozenset[str] = frozenset()
+    force: bool = False
+    cordon: str = DRAINING
+    write_cordon: bool = False
+    defragment: bool = False
+    confirmed: bool = True
+    models: tuple[str, ...] | None = None
+    ca_dir: Path | None = None
+    renew: bool = True
+
+
+@dataclass(frozen=True)
+class PassHooks:
+    """What the pass needs of the command around it: the fleet as the command reads it
+    (with its progress and warnings), the lock's holder name and its waiting line, and the
+    terminal for the plan, the question of the mass-stop guard and the lines on the way."""
+
+    read_fleet: Callable[[], Fleet]
+    command: str
+    waiting: Callable[[str], None]
+    show_plan: Callable[[Plan], None]
+    confirm: Callable[[str], bool]
+    say: Callable[[str], None]
+    warn: Callable[[str], None]
+    report: Callable[[str], None]
+    on_run: OnRun
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """What a pass did. `applied` is None for a dry run and for a pass the mass-stop guard
+    stopped (`refused`, with its line) or one whose models are already at their most
+    (`refused` too, nothing planned: `plan` None)."""
+
+    plan: Plan | None
+    fleet: Fleet | None
+    applied: Applied | None = None
+    refused: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        if self.refused is not None or self.plan is None or self.fleet is None:
+            return False
+        if self.applied is not None:
+            return self.applied.complete
+        return not (self.plan.unplaced or self.plan.waits or self.fleet.partial)
+
+
+def run_pass(options: AppContext, request: PassRequest, hooks: PassHooks) -> PassResult:
+    """One pass, holding the fleet's lock (not for a dry run) from the cordon written and
+    the first fact gathered to the last change, so two passes never plan on the same
+    state. LockTimeoutError when another ctl holds it past the lock timeout; InputError on
+    bad input (a token missing, a CA's bad files), before anything on a node changed."""
+    held: AbstractContextManager[None] = (
+        nullcontext()
+        if request.dry_run
+        else options.fleet_lock(request.inventory_path, hooks.command, waiting=hooks.waiting)
+    )
+    with held:
+        return _run_pass(options, request, hooks)
+
+
+def _run_pass(options: AppContext, request: PassRequest, hooks: PassHooks) -> PassResult:
+    if request.write_cordon and not request.dry_run:
+        for node in sorted(request.evict):
+            said = _cordon_unless_cordoned(options, request.inventory_path, node, request.cordon)
+            if said is not None:
+                hooks.say(said)
+    fleet = hooks.read_fleet()
+    if request.models is not None:
+        return _run_manual(options, request, hooks, fleet)
+    directory = ca_directory(request.ca_dir)
+    ca = None
+    if request.renew and fleet.due and directory.exists():  # read only when needed
+        ca = open_ca(directory, datetime.now(UTC), hooks.warn)
+    the_plan = plan_pass(
+        options, request.catalog, fleet, request.inventory_path, request.evict, request.force,
+        request.cordon, request.defragment, ca, directory,
+    )  # fmt: skip
+    if not request.renew:
+        the_plan = replace(the_plan, renewals=(), certificates_due=())
+    hooks.show_plan(the_plan)
+    if request.dry_run:
+        return PassResult(the_plan, fleet)
+    if not request.confirmed:
+        lost, running = retired_unreplaced(the_plan)
+        if 2 * len(lost) > running:
+            said = (
+                f"this pass stops {len(lost)} of {running} running replicas,"
+                " with nothing in their place"
+            )
+            if not hooks.confirm(said):
+                return PassResult(the_plan, fleet, refused=said)
+    applied = apply_plan(
+        options, fleet, the_plan, request.inventory_path, request.catalog, hooks.on_run,
+        hooks.report, ca=ca, ca_dir=directory,
+    )  # fmt: skip
+    return PassResult(the_plan, fleet, applied)
+
+
+def _cordon_unless_cordoned(
+    options: AppContext, inventory_path: Path, node: str, reason: str
+) -> str | None:
+    """Cordon `node` with `reason` unless the inventory says it is cordoned; the line that
+    says so, or None."""
+    decrypt = options.decrypt()
+    if load_inventory(inventory_path, decrypt).host(node).vars.cordoned is not None:
+        return None
+    return cordon_node(inventory_path, node, reason, decrypt)
+
+
+def _run_manual(
+    options: AppContext, request: PassRequest, hooks: PassHooks, fleet: Fleet
+) -> PassResult:
+    """`ctl place MODEL…`: one more replica of each, unless that puts one above its
+    replicas.max (the next reconcile would drain it again): then nothing is started."""
+    assert request.models is not None
+    running = running_replicas(checked(fleet.snapshot, request.catalog))
+    for name in request.models:
+        have, most = len(running.get(name, ())), request.catalog.models[name].replicas_max
+        if have >= most:
+            return PassResult(
+                None,
+                fleet,
+                refused=f"{name} runs {have} replica(s), its replicas.max is {most}: raise it"
+                f" in {request.catalog.file} to run another; nothing was started",
+            )
+    addresses, listen = fleet.serving
+    the_plan = plan_manual(
+        request.catalog, fleet.snapshot, list(request.models), addresses, listen,
+        fleet.networks, fleet.stores,
+    )  # fmt: skip
+    hooks.show_plan(the_plan)
+    if request.dry_run:
+        return PassResult(the_plan, fleet)
+    applied = apply_plan(
+        options, fleet, the_plan, request.inventory_path, None, hooks.on_run, hooks.report
+    )
+    return PassResult(the_plan, fleet, applied)
 
 
 def ledger_file(options: AppContext, inventory_path: Path) -> Path:

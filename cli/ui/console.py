@@ -8,7 +8,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from rich.console import Console, ConsoleOptions, RenderableType, RenderHook, RenderResult
 from rich.markup import escape as markup_escape
@@ -17,6 +17,9 @@ from rich.text import Text
 
 from cli.errors import InputError
 from cli.ui.safe import shown
+
+if TYPE_CHECKING:
+    from cli.edges.ansible import PlaybookRun
 
 EXIT_OK = 0
 EXIT_INCOMPLETE = 1
@@ -113,3 +116,11 @@ def rich_escape(text: str) -> str:
     """`text` to put in a Rich markup string: its controls escaped, then its markup (`[red]`,
     `\\[red]`, `[link=…]`) escaped so it prints as written."""
     return markup_escape(shown(text))
+
+
+def say_run(run: PlaybookRun) -> None:
+    """One line on stderr per playbook run: how it ended and where its log is."""
+    err.print(
+        f"  {run.playbook}: exit {run.returncode}, {run.changed} change(s),"
+        f" {run.seconds:.1f} s — log {run.log}"
+    )

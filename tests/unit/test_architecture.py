@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 import subprocess
@@ -105,3 +106,57 @@ def test_the_documented_edges_in_the_domain_are_the_ones_the_contract_names() ->
     named = {name for names in documented("edges-in-domain") for name in names}
 
     assert named == forbidden - upper
+
+
+# --- a command imports no other command ------------------------------------------------------
+
+COMMANDS = ROOT / "cli" / "commands"
+
+
+def command_modules() -> set[str]:
+    """The modules cli/app.py registers commands from (`from cli.commands import a, b`)."""
+    tree = ast.parse((ROOT / "cli" / "app.py").read_text(encoding="utf-8"))
+    return {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "cli.commands"
+        for alias in node.names
+    }
+
+
+def imported_commands(module: Path) -> set[str]:
+    """The cli/commands modules `module` imports, at the top or inside a function."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(module.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module is not None:
+            if node.module.startswith("cli.commands."):
+                found.add(node.module.split(".")[2])
+            elif node.module == "cli.commands":
+                found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {
+                alias.name.split(".")[2]
+                for alias in node.names
+                if alias.name.startswith("cli.commands.")
+            }
+    return found
+
+
+def test_no_command_module_imports_another_command_module() -> None:
+    """Commands share only helpers (options, inputs, locking, ...: modules app.py registers no
+    command from); what two commands both do is an operation in cli/ops or such a helper."""
+    commands = command_modules()
+    assert {"reconcile", "place", "offboard", "deprovision", "ca"} <= commands
+    crossing = {
+        (module.stem, imported)
+        for module in sorted(COMMANDS.glob("*.py"))
+        for imported in imported_commands(module)
+        if module.stem in commands and imported in commands and imported != module.stem
+    }
+    assert crossing == set()
+
+
+def test_the_check_of_command_imports_sees_an_import_inside_a_function(tmp_path: Path) -> None:
+    module = tmp_path / "place.py"
+    module.write_text("def f() -> None:\n    from cli.commands.reconcile import x\n")
+    assert imported_commands(module) == {"reconcile"}
