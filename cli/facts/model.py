@@ -98,7 +98,7 @@ class ShardRecord(Strict):
     # told apart and evicted; None in records written before ctl said it: then none on
     # that node is evicted.
     source: str | None = Field(default=None, max_length=4096)
-    # What systemd said of the unit at probe time (cli/facts/probe.py, UNIT_STATES):
+    # What systemd said of the unit at probe time (cli/facts/parse.py, UNIT_STATES):
     # active → running, activating → starting, failed or inactive → failed (its record is
     # there, so it should run). Kept as the record says when the node could not tell (no
     # systemctl); `stopped` is only ever a record's own word.

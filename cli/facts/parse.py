@@ -37,6 +37,7 @@ from cli.facts.model import (
     ModelStore,
     NodeCertificate,
     ShardRecord,
+    ShardState,
     StoredWeights,
     store_directory,
 )
@@ -53,6 +54,8 @@ __all__ = [
     "MAX_STORED",
     "MAX_TOPOLOGY_COLUMNS",
     "NOT_REPORTED",
+    "UNIT_STATES",
+    "UNIT_UNTOLD",
     "FactsParseError",
     "apply_cgroup_limit",
     "parse_compute_apps",
@@ -705,15 +708,28 @@ def _first_error(error: ValidationError) -> str:
     return f"{location}: {detail['msg']}" if location else str(detail["msg"])
 
 
-# `systemctl is-active` words → the shard's state while its record exists.
-UNIT_STATES: Final[dict[str, str]] = {
+# `systemctl is-active` words → what the shard is while its record exists. `ctl` removes
+# a shard's record when it stops it, so a unit that is not running while its record is
+# there was stopped by something else — the node restarting (our units are not enabled),
+# the engine exiting, an operator — and has failed. A failed unit's processes are gone,
+# and with them their hold on the GPUs. ("stopped" is a record's own word, from a node
+# without systemd: nothing runs, and the shard is not counted at all.)
+# The words are ActiveState's, every one systemd documents (org.freedesktop.systemd1(5)):
+# "refreshing" (a unit's mount namespace being refreshed, systemd 254) and "maintenance"
+# (its resources being cleaned, `systemctl clean`) among them.
+UNIT_STATES: Final[dict[str, ShardState]] = {
     "active": "running",
     "reloading": "running",
+    "refreshing": "running",
     "activating": "starting",
-    "deactivating": "failed",
-    "inactive": "failed",
     "failed": "failed",
+    "deactivating": "failed",  # on its way out, and not by our hand: the pass stops it whole
+    "maintenance": "failed",
+    "inactive": "failed",  # e.g. after the node restarted
 }
+# No systemctl on the node ("unknown"), or no systemd running ("offline"): the record
+# alone has to do.
+UNIT_UNTOLD: Final = frozenset({"", "unknown", "offline"})
 
 
 def parse_shard_records(text: str) -> tuple[ShardRecord, ...]:
@@ -736,9 +752,7 @@ def parse_shard_records(text: str) -> tuple[ShardRecord, ...]:
                 SECTION_SHARDS, line.number, f"expected a JSON object, got {type(data).__name__}"
             )
         unit_state = unit_state.strip()
-        # "unknown": no systemctl on the node; "offline": no systemd running. The record
-        # alone has to do then.
-        if unit_state and unit_state not in ("unknown", "offline"):
+        if unit_state not in UNIT_UNTOLD:
             if unit_state not in UNIT_STATES:
                 raise FactsParseError(
                     SECTION_SHARDS, line.number, f"unknown unit state {_quote(unit_state)}"

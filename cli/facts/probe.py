@@ -21,9 +21,10 @@ from cli.facts.model import (
     NodeCertificate,
     NodeFacts,
     ShardRecord,
-    ShardState,
 )
 from cli.facts.parse import (
+    UNIT_STATES,
+    UNIT_UNTOLD,
     FactsParseError,
     apply_cgroup_limit,
     parse_compute_apps,
@@ -145,25 +146,6 @@ def facts_from_probe(output: str, gathered_at: datetime) -> NodeFacts:
     )
 
 
-# `systemctl is-active` words → what the shard is while its record exists. `ctl` removes
-# a shard's record when it stops it, so a unit that is not running while its record is
-# there was stopped by something else — the node restarting (our units are not enabled),
-# the engine exiting, an operator — and has failed. A failed unit's processes are gone,
-# and with them their hold on the GPUs. ("stopped" is a record's own word, from a node
-# without systemd: nothing runs, and the shard is not counted at all.)
-UNIT_STATES: Final[dict[str, ShardState]] = {
-    "active": "running",
-    "reloading": "running",
-    "refreshing": "running",
-    "activating": "starting",
-    "failed": "failed",
-    "deactivating": "failed",  # on its way out, and not by our hand: the pass stops it whole
-    "maintenance": "failed",
-    "inactive": "failed",  # e.g. after the node restarted
-}
-# No systemctl on the node ("unknown"), or no systemd running ("offline"): the record
-# alone has to do.
-UNIT_UNTOLD: Final = frozenset({"", "unknown", "offline"})
 _SHOWN = 40  # characters of a word systemd should not have said, in its note
 
 

@@ -860,6 +860,10 @@ STARTING = SHARD.replace('"memory_gib": 24.0', '"memory_gib": 24.0, "state": "st
         ("deactivating", "failed"),
         ("inactive", "failed"),
         ("failed", "failed"),
+        # systemd's other ActiveState words (org.freedesktop.systemd1(5)), which the
+        # parser refused while its copy of the states lacked them.
+        ("refreshing", "running"),
+        ("maintenance", "failed"),
         ("unknown", "starting"),  # no systemctl on the node: the record's own word stands
         ("offline", "starting"),  # no systemd running: the record's own word stands
         ("", "starting"),
