@@ -10,9 +10,10 @@ Conventions shared by all parsers:
 - `None` means "not reported" (nvidia-smi printed `[N/A]`, the kernel has no such line),
   never zero; an empty tuple means "looked, found none".
 
-One module for every section's parser, at about 750 lines: they share the bounds (rows,
-digits, sizes) and FactsParseError's section-and-line reporting that make a hostile node
-cost a note, and splitting them would split those conventions.
+The bounds (rows, digits, sizes) and FactsParseError's section-and-line reporting that
+make a hostile node cost a note are here, for every section; the parsers move to a module
+a section in cli/facts/sections/ (store, certificate and infiniband have), which import
+them from here.
 """
 
 from __future__ import annotations
@@ -22,26 +23,17 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Final, Literal
+from typing import Final
 
-from cryptography import x509
-from cryptography.exceptions import InvalidSignature
 from pydantic import ValidationError
 
 from cli.facts.model import (
     Gpu,
     GpuProcess,
-    HcaPort,
     Memory,
-    ModelStore,
-    NodeCertificate,
     ShardRecord,
     ShardState,
-    StoredWeights,
-    store_directory,
 )
-from cli.pki.certs import certificate_names, fingerprint, serial_hex
 
 __all__ = [
     "COMPUTE_APPS_FIELDS",
@@ -51,7 +43,6 @@ __all__ = [
     "MAX_PROCESSES",
     "MAX_REPLICA_NODES",
     "MAX_SHARDS",
-    "MAX_STORED",
     "MAX_TOPOLOGY_COLUMNS",
     "NOT_REPORTED",
     "UNIT_STATES",
@@ -59,10 +50,8 @@ __all__ = [
     "FactsParseError",
     "apply_cgroup_limit",
     "parse_compute_apps",
-    "parse_infiniband",
     "parse_meminfo",
     "parse_mig_modes",
-    "parse_model_store",
     "parse_query_gpu",
     "parse_shard_records",
     "parse_topology",
@@ -605,100 +594,6 @@ def _cliques(gpus: list[int], linked: Mapping[int, set[int]]) -> list[tuple[int,
     return groups
 
 
-# --------------------------------------------------------------------------- InfiniBand sysfs
-
-_SYSFS_PREFIX = "/sys/class/infiniband/"
-_PORT_FILE = re.compile(r"^(?P<hca>[^/]+)/ports/(?P<port>[^/]+)/(?P<file>[^/]+)$")
-_PORT_FILES = frozenset({"state", "rate", "link_layer"})
-_STATE = re.compile(r"^\d+:\s*(?P<name>[A-Z_]+)$")
-_RATE = re.compile(r"^(?P<gbps>\d{1,6}(?:\.\d{1,6})?) Gb/sec(?: \([^)]*\))?$")
-_LINK_LAYERS: Final[dict[str, Literal["InfiniBand", "Ethernet"]]] = {
-    "InfiniBand": "InfiniBand",
-    "Ethernet": "Ethernet",
-}
-
-
-def _natural(text: str) -> tuple[tuple[int, str], ...]:
-    """Sort key that puts mlx5_2 before mlx5_10."""
-    # A run of digits compares by its length, then its text: no int() of a huge run.
-    return tuple(
-        (len(part.lstrip("0")), part.lstrip("0")) if _is_whole_number(part) else (0, part)
-        for part in re.split(r"(\d+)", text)
-    )
-
-
-def parse_infiniband(files: Mapping[str, str]) -> tuple[HcaPort, ...]:
-    """HCA ports from sysfs files: keys like `mlx5_0/ports/1/state`, values their contents.
-
-    `state` ("4: ACTIVE") is required for each port; `rate` ("400 Gb/sec (4X NDR)") becomes
-    Gb/s and `link_layer` InfiniBand/Ethernet, both None when absent or empty. A link layer
-    the model has no name for (OmniPath) is reported as None. Keys may carry the
-    `/sys/class/infiniband/` prefix; files other than these three are ignored.
-    """
-    if len(files) > 3 * MAX_HCA_PORTS:
-        raise FactsParseError(
-            _SYSFS_PREFIX, 0, f"reported {len(files)} files, more than {3 * MAX_HCA_PORTS:,}"
-        )
-    ports: dict[tuple[str, int], dict[str, tuple[str, str]]] = {}
-    for key, content in files.items():
-        relative = key.removeprefix(_SYSFS_PREFIX)
-        match = _PORT_FILE.match(relative)
-        if match is None or match.group("file") not in _PORT_FILES:
-            continue
-        where = _SYSFS_PREFIX + relative
-        port_text = match.group("port")
-        if not _is_whole_number(port_text) or len(port_text) > 3 or int(port_text) < 1:
-            raise FactsParseError(where, 0, f"port {_quote(port_text)} is not a port number")
-        if int(port_text) > MAX_IB_PORT:
-            raise FactsParseError(where, 0, f"port {port_text} is more than {MAX_IB_PORT}")
-        ports.setdefault((match.group("hca"), int(port_text)), {})[match.group("file")] = (
-            where,
-            content.strip(),
-        )
-
-    if len(ports) > MAX_HCA_PORTS:
-        raise FactsParseError(
-            _SYSFS_PREFIX, 0, f"reported {len(ports)} HCA ports, more than {MAX_HCA_PORTS:,}"
-        )
-    result: list[HcaPort] = []
-    for (hca, port), port_files in sorted(
-        ports.items(), key=lambda item: (_natural(item[0][0]), item[0][1])
-    ):
-        if "state" not in port_files:
-            raise FactsParseError(
-                f"{_SYSFS_PREFIX}{hca}/ports/{port}", 0, "has rate or link_layer but no state"
-            )
-        where, state_text = port_files["state"]
-        state = _STATE.match(state_text)
-        if state is None:
-            raise FactsParseError(where, 1, f"expected 'N: STATE', got {_quote(state_text)}")
-
-        rate_gbps: float | None = None
-        if "rate" in port_files and port_files["rate"][1]:
-            where, rate_text = port_files["rate"]
-            rate = _RATE.match(rate_text)
-            if rate is None:
-                raise FactsParseError(
-                    where, 1, f"expected 'N Gb/sec (...)', got {_quote(rate_text)}"
-                )
-            rate_gbps = float(rate.group("gbps"))
-
-        link_layer: Literal["InfiniBand", "Ethernet"] | None = None
-        if "link_layer" in port_files:
-            link_layer = _LINK_LAYERS.get(port_files["link_layer"][1])
-
-        result.append(
-            HcaPort(
-                hca=hca,
-                port=port,
-                state=state.group("name"),
-                rate_gbps=rate_gbps,
-                link_layer=link_layer,
-            )
-        )
-    return tuple(result)
-
-
 # --------------------------------------------------------------------------- shard records
 
 
@@ -822,291 +717,3 @@ def parse_listening_ports(text: str) -> tuple[int, ...]:
             )
         ports.add(int(port_hex, 16))
     return tuple(sorted(ports))
-
-
-# --------------------------------------------------------------------------- the model store
-
-SECTION_MODEL_STORE: Final = "model store"
-MAX_STORED: Final = 4096  # sources stored complete on one node
-MAX_MARKER_CHARS: Final = 4096  # the probe reads at most this much of a marker
-MAX_STORE_PATH: Final = 1024
-MAX_STORE_BYTES: Final = 1 << 70  # a filesystem, or a source, of more than 1 ZiB is no real one
-# Bad lines past this many are counted in one note, not given one each: a hostile node
-# printing a million of them costs one line of notes, not a million.
-MAX_STORE_NOTES: Final = 20
-_BLOCK_SIZES: Final = 1 << 30  # statfs f_bsize is a power of two, far below a GiB
-
-
-def parse_model_store(text: str) -> tuple[ModelStore, list[str]]:
-    """The `model-store` section (cli/facts/probe.sh), its statfs having succeeded: the
-    store and its filesystem, and a note for each line that is not believed.
-
-    The `store` and `filesystem` lines are required: without them the section is refused
-    whole (FactsParseError). A marker line that cannot be read is left out with a note: the
-    source is then not counted as stored, which costs a download, never a wrong answer.
-    """
-    _count_rows(text, SECTION_MODEL_STORE, "lines", MAX_STORED + 2)
-    store: tuple[str, bool, str] | None = None
-    sizes: tuple[int, int] | None = None
-    weights: dict[str, StoredWeights] = {}
-    notes: list[str] = []
-
-    def bad(line: _Line, problem: str) -> None:
-        notes.append(f"{SECTION_MODEL_STORE} line {line.number}: {problem}")
-
-    for line in _lines(text):
-        kind, _, rest = line.text.partition("\t")
-        fields = rest.split("\t")
-        if kind == "store" and store is None:
-            store = _store_line(line, fields)
-        elif kind == "filesystem" and sizes is None:
-            sizes = _filesystem_line(line, fields)
-        elif kind == "complete":
-            try:
-                stored = _marker_line(line, fields)
-            except FactsParseError as error:
-                bad(line, error.message)
-                continue
-            if stored.source in weights:
-                bad(line, f"{_quote(stored.source)} is stored twice")
-                continue
-            weights[stored.source] = stored
-        else:
-            bad(line, f"unexpected line {_quote(line.text)}")
-    if store is None:
-        raise FactsParseError(SECTION_MODEL_STORE, 0, "no 'store' line")
-    if sizes is None:
-        raise FactsParseError(SECTION_MODEL_STORE, 0, "no 'filesystem' line")
-    if len(notes) > MAX_STORE_NOTES:
-        notes[MAX_STORE_NOTES:] = [
-            f"{SECTION_MODEL_STORE}: {len(notes) - MAX_STORE_NOTES} more lines not believed"
-        ]
-    path, present, measured = store
-    total, free = sizes
-    model = ModelStore(
-        path=path,
-        present=present,
-        measured=measured,
-        total_bytes=total,
-        free_bytes=free,
-        weights=tuple(weights.values()),
-    )
-    return model, notes
-
-
-def _store_path(value: str, line: _Line) -> str:
-    if not value.startswith("/") or len(value) > MAX_STORE_PATH or not value.isprintable():
-        raise FactsParseError(
-            SECTION_MODEL_STORE, line.number, f"{_quote(value)} is not an absolute path"
-        )
-    return value
-
-
-def _store_line(line: _Line, fields: list[str]) -> tuple[str, bool, str]:
-    """`store PATH present`, or `store PATH absent PARENT` (PARENT measured instead)."""
-    if len(fields) == 2 and fields[1] == "present":
-        path = _store_path(fields[0], line)
-        return path, True, path
-    if len(fields) == 3 and fields[1] == "absent":
-        return _store_path(fields[0], line), False, _store_path(fields[2], line)
-    raise FactsParseError(
-        SECTION_MODEL_STORE,
-        line.number,
-        f"expected 'store PATH present' or 'store PATH absent PARENT', got {_quote(line.text)}",
-    )
-
-
-def _filesystem_line(line: _Line, fields: list[str]) -> tuple[int, int]:
-    """`filesystem BLOCK_SIZE BLOCKS AVAILABLE` (stat -f's %S %b %a) → total and free bytes."""
-    if len(fields) != 3:
-        raise FactsParseError(
-            SECTION_MODEL_STORE,
-            line.number,
-            f"expected 'filesystem BLOCK_SIZE BLOCKS AVAILABLE', got {_quote(line.text)}",
-        )
-    number = line.number
-    block = _required_int(fields[0], SECTION_MODEL_STORE, number, "block size", _BLOCK_SIZES)
-    blocks = _required_int(fields[1], SECTION_MODEL_STORE, number, "blocks")
-    available = _required_int(fields[2], SECTION_MODEL_STORE, number, "available blocks")
-    if available > blocks:
-        raise FactsParseError(
-            SECTION_MODEL_STORE, number, f"{available} blocks available of {blocks}"
-        )
-    if block * blocks > MAX_STORE_BYTES:
-        raise FactsParseError(SECTION_MODEL_STORE, number, "a filesystem of more than 1 ZiB")
-    return block * blocks, block * available
-
-
-def _marker_line(line: _Line, fields: list[str]) -> StoredWeights:
-    """`complete DIRECTORY MARKER`: a marker's JSON (a StoredWeights), which must name the
-    source whose directory (store_directory) it is in."""
-    if len(fields) != 2:
-        raise FactsParseError(
-            SECTION_MODEL_STORE, line.number, "expected 'complete DIRECTORY MARKER'"
-        )
-    directory, body = fields
-    if len(body) >= MAX_MARKER_CHARS:
-        raise FactsParseError(
-            SECTION_MODEL_STORE,
-            line.number,
-            f"the marker in {_quote(directory)} is longer than {MAX_MARKER_CHARS:,} characters",
-        )
-    try:
-        data = json.loads(body, parse_constant=_no_constant)
-    except json.JSONDecodeError as error:
-        raise FactsParseError(
-            SECTION_MODEL_STORE,
-            line.number,
-            f"the marker in {_quote(directory)} is not JSON: {error.msg}",
-        ) from None
-    except (ValueError, RecursionError) as error:
-        raise FactsParseError(
-            SECTION_MODEL_STORE, line.number, f"the marker in {_quote(directory)}: {error}"
-        ) from None
-    try:
-        stored = StoredWeights.model_validate(data)
-    except ValidationError as error:
-        raise FactsParseError(
-            SECTION_MODEL_STORE,
-            line.number,
-            f"the marker in {_quote(directory)}: {_first_error(error)}",
-        ) from None
-    if stored.bytes > MAX_STORE_BYTES:
-        raise FactsParseError(
-            SECTION_MODEL_STORE,
-            line.number,
-            f"the marker in {_quote(directory)} says {stored.bytes} bytes, more than 1 ZiB",
-        )
-    if directory != store_directory(stored.source):
-        raise FactsParseError(
-            SECTION_MODEL_STORE,
-            line.number,
-            f"the marker in {_quote(directory)} names {_quote(stored.source)}, whose"
-            f" directory is {_quote(store_directory(stored.source))}",
-        )
-    return stored
-
-
-# ------------------------------------------------------------------------- /etc/modelfleet/pki
-
-SECTION_PKI: Final = "pki"
-PKI_FILES: Final = ("node.pem", "ca.pem")
-# A certificate is a kilobyte or two; the probe cuts each file one byte past this, so a
-# file it cut is told apart from one that fits.
-MAX_PEM_BYTES: Final = 65_536
-MAX_ISSUER_CHARS: Final = 1024
-
-
-@dataclass(frozen=True)
-class PkiFiles:
-    """What the probe's `pki` section holds: node.key's presence, the certificates' text."""
-
-    key_present: bool
-    texts: Mapping[str, str]  # node.pem, ca.pem → their text, for those that exist
-
-
-def read_pki_section(text: str) -> PkiFiles:
-    """`key present|absent`, then for each of node.pem and ca.pem that exists `file NAME`,
-    its text, `end NAME`. A section of another shape raises FactsParseError."""
-    key: bool | None = None
-    texts: dict[str, str] = {}
-    current: str | None = None
-    body: list[str] = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        if current is not None:
-            if raw == f"end\t{current}":
-                texts[current] = "\n".join(body)
-                current, body = None, []
-            else:
-                body.append(raw)
-            continue
-        kind, _, value = raw.strip().partition("\t")
-        if not kind:
-            continue
-        if kind == "key" and key is None and value in ("present", "absent"):
-            key = value == "present"
-        elif kind == "file" and value in PKI_FILES and value not in texts:
-            current = value
-        else:
-            raise FactsParseError(SECTION_PKI, number, f"unexpected line {_quote(raw)}")
-    if current is not None:
-        raise FactsParseError(SECTION_PKI, 0, f"{current} is cut off (no end line)")
-    if key is None:
-        raise FactsParseError(SECTION_PKI, 0, "no 'key' line")
-    return PkiFiles(key, texts)
-
-
-def parse_pki(text: str, at: datetime) -> tuple[NodeCertificate | None, list[str]]:
-    """The node's certificate from the `pki` section, judged at `at` (when it was read),
-    and notes. None: no node.pem (the node serves plain HTTP), or a node.pem that is no
-    certificate (a note says so). A node's text never raises anything but FactsParseError.
-    """
-    files = read_pki_section(text)
-    node_pem = files.texts.get("node.pem")
-    if node_pem is None:
-        return None, []
-    notes: list[str] = []
-    cert = _pem_certificate(node_pem, "node.pem", notes)
-    if cert is None:
-        return None, notes
-    ca_text = files.texts.get("ca.pem")
-    ca_cert = None if ca_text is None else _pem_certificate(ca_text, "ca.pem", notes)
-    try:
-        return _node_certificate(cert, ca_cert, ca_text is not None, files.key_present, at), notes
-    except Exception as error:
-        notes.append(f"{SECTION_PKI}: node.pem cannot be read ({type(error).__name__})")
-        return None, notes
-
-
-def _pem_certificate(text: str, name: str, notes: list[str]) -> x509.Certificate | None:
-    size = len(text.encode("utf-8", "surrogateescape"))
-    if size > MAX_PEM_BYTES:
-        notes.append(f"{SECTION_PKI}: {name} is larger than {MAX_PEM_BYTES // 1024} KiB: not read")
-        return None
-    try:
-        return x509.load_pem_x509_certificate(text.encode("utf-8", "surrogateescape"))
-    except Exception as error:
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        notes.append(f"{SECTION_PKI}: {name} is not a PEM certificate: {_said_short(reason)}")
-        return None
-
-
-def _said_short(text: str, limit: int = 120) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _node_certificate(
-    cert: x509.Certificate,
-    ca_cert: x509.Certificate | None,
-    ca_present: bool,
-    key_present: bool,
-    at: datetime,
-) -> NodeCertificate:
-    names = certificate_names(cert)
-    problems = []
-    if not key_present:
-        problems.append("no node.key")
-    if ca_cert is None:
-        problems.append("ca.pem is not a certificate" if ca_present else "no ca.pem")
-    else:
-        try:
-            cert.verify_directly_issued_by(ca_cert)
-        except (ValueError, TypeError, InvalidSignature):
-            problems.append("not signed by its ca.pem")
-    not_before, not_after = cert.not_valid_before_utc, cert.not_valid_after_utc
-    if at < not_before:
-        problems.append(f"not valid before {not_before:%Y-%m-%d %H:%M} UTC")
-    if at >= not_after:
-        problems.append(f"expired {not_after:%Y-%m-%d %H:%M} UTC")
-    return NodeCertificate(
-        serial=serial_hex(cert),
-        not_before=not_before,
-        not_after=not_after,
-        dns_names=names.dns,
-        ip_addresses=tuple(str(ip) for ip in names.ips),
-        issuer=_said_short(cert.issuer.rfc4514_string(), MAX_ISSUER_CHARS),
-        key_present=key_present,
-        ca_fingerprint=None if ca_cert is None else fingerprint(ca_cert),
-        ca_not_after=None if ca_cert is None else ca_cert.not_valid_after_utc,
-        problem="; ".join(problems) or None,
-    )

@@ -28,16 +28,16 @@ from cli.facts.parse import (
     FactsParseError,
     apply_cgroup_limit,
     parse_compute_apps,
-    parse_infiniband,
     parse_listening_ports,
     parse_meminfo,
     parse_mig_modes,
-    parse_model_store,
-    parse_pki,
     parse_query_gpu,
     parse_shard_records,
     parse_topology,
 )
+from cli.facts.sections.certificate import parse_pki
+from cli.facts.sections.infiniband import parse_infiniband
+from cli.facts.sections.store import parse_model_store
 
 PROBE_VERSION = "1"
 # An exit status is 0 to 255: a longer number is no end mark (and never reaches int()).

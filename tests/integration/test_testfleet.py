@@ -14,12 +14,12 @@ import yaml
 
 from cli.facts.parse import (
     parse_compute_apps,
-    parse_infiniband,
     parse_meminfo,
     parse_mig_modes,
     parse_query_gpu,
     parse_topology,
 )
+from cli.facts.sections.infiniband import parse_infiniband
 from cli.inventory.load import load_inventory
 from tests import testfleet as fleet_script
 from tests.ctl import ctl_environment

@@ -39,15 +39,15 @@ from cli.facts.parse import (
     FactsParseError,
     apply_cgroup_limit,
     parse_compute_apps,
-    parse_infiniband,
     parse_listening_ports,
     parse_meminfo,
-    parse_model_store,
     parse_query_gpu,
     parse_shard_records,
     parse_topology,
 )
 from cli.facts.probe import facts_from_attempt
+from cli.facts.sections.infiniband import parse_infiniband
+from cli.facts.sections.store import parse_model_store
 from tests.builders import NOW
 from tests.fakes.nvidia_smi import FakeData, GpuData, precomputed, topology
 

@@ -24,7 +24,6 @@ from cli.facts.parse import (
     FactsParseError,
     apply_cgroup_limit,
     parse_compute_apps,
-    parse_infiniband,
     parse_listening_ports,
     parse_meminfo,
     parse_query_gpu,
@@ -32,6 +31,7 @@ from cli.facts.parse import (
     parse_topology,
     strip_ansi,
 )
+from cli.facts.sections.infiniband import parse_infiniband
 
 SAMPLES = Path(__file__).parent / "samples"
 DOCS = Path(__file__).parents[2] / "docs" / "facts.md"

@@ -12,8 +12,9 @@ import pytest
 
 from cli.facts.gather import Target, probe_command
 from cli.facts.model import NodeFacts, StoredWeights, store_directory
-from cli.facts.parse import MAX_STORE_NOTES, FactsParseError, parse_model_store
+from cli.facts.parse import FactsParseError
 from cli.facts.probe import facts_from_probe, split_sections
+from cli.facts.sections.store import MAX_STORE_NOTES, parse_model_store
 from cli.inventory.schema import HostVars
 from tests.builders import NOW
 from tests.ctl import ROOT

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from cli.facts.model import NodeCertificate, NodeFacts
-from cli.facts.parse import MAX_PEM_BYTES, FactsParseError, parse_pki, read_pki_section
+from cli.facts.parse import FactsParseError
 from cli.facts.probe import facts_from_probe
+from cli.facts.sections.certificate import MAX_PEM_BYTES, parse_pki, read_pki_section
 from cli.pki.certs import fingerprint, serial_hex
 from tests.certs import LabCA, make_ca, pem_text
 from tests.ctl import ROOT
