@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from cli.edges.files import atomic_write
 from cli.errors import InputError, InputProblem
 from cli.facts.model import NodeFacts
+from cli.names import file_in
 from cli.schemaerrors import problems_from_validation
 from cli.yamlsource import MAX_SOURCE_BYTES, decode_source, parse_yaml
 
@@ -52,6 +53,6 @@ def facts_json(facts: NodeFacts) -> str:
 def save_facts(directory: Path, name: str, facts: NodeFacts) -> Path:
     """Write atomically, so a reader never sees half a file."""
     directory.mkdir(parents=True, exist_ok=True)
-    target = directory / f"{name}.json"
+    target = file_in(directory, name, ".json")
     atomic_write(target, facts_json(facts), 0o600)
     return target

@@ -41,7 +41,6 @@ decides what wins), and the test that holds them to `ansible-inventory --list`
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,7 +51,7 @@ from pydantic import ValidationError
 
 from cli.errors import InputError, InputProblem, KeyPath, near_miss
 from cli.inventory.ini import IniChild, IniError, IniGroup, IniGroupVar, IniOp, parse_ini
-from cli.inventory.patterns import MAX_HOST_ENTRIES, expand_host_pattern
+from cli.inventory.patterns import MAX_HOST_ENTRIES, expand_host_pattern, host_name_problem
 from cli.inventory.schema import (
     DEFAULT_SSH_PORT,
     OUR_KEYS,
@@ -61,6 +60,7 @@ from cli.inventory.schema import (
     Inventory,
     validate_host_vars,
 )
+from cli.names import control_character, file_in, file_name_problem, shown_name
 from cli.schemaerrors import problems_from_validation
 from cli.yamlsource import MAX_SOURCE_BYTES, YamlDocument, decode_source, parse_yaml, yaml_kind
 
@@ -435,6 +435,10 @@ def _check(key: str, var: _Var) -> list[InputProblem]:
             return [var.doc.problem(var.path, f"port {value} is not between 1 and 65535")]
         return [var.doc.problem(var.path, f"must be a port number, not {yaml_kind(var.value)}")]
     if key in CONNECTION_KEYS:
+        if isinstance(var.value, str) and (control := control_character(var.value)):
+            # The address reaches the shards' unit and environment files (VLLM_HOST_IP,
+            # --host), and every one of these ssh's command line.
+            return [var.doc.problem(var.path, f"has a control character ({control})")]
         if var.value is None or (isinstance(var.value, str) and var.value.strip()):
             return []
         if isinstance(var.value, str):
@@ -528,6 +532,9 @@ class _Builder:
         for op in ops:
             doc = YamlDocument(file, None, {(): op.line})  # every path of it is on that line
             if isinstance(op, IniGroup):
+                if (problem := group_name_problem(op.name)) is not None:
+                    self.problems.append(doc.problem((op.name,), problem))
+                    return
                 self.tree.groups.setdefault(op.name, _Group(op.name))
             elif isinstance(op, IniGroupVar):
                 self.group_var(op.group, _Var(op.value, doc, (op.group, "vars", op.key)))
@@ -541,6 +548,9 @@ class _Builder:
     def group(self, doc: YamlDocument, path: KeyPath, name: Any, data: Any) -> str | None:
         if not isinstance(name, str) or not name:
             self.problems.append(doc.problem(path, "a group name must be text"))
+            return None
+        if (problem := group_name_problem(name)) is not None:
+            self.problems.append(doc.problem(path, problem))
             return None
         if data is not None and not isinstance(data, dict):
             self.problems.append(
@@ -652,6 +662,11 @@ class _Builder:
                 )
             return
         for name in names:
+            problem = host_name_problem(name)
+            if problem is not None:  # said once per pattern: a range repeats it
+                self.problems.append(doc.problem(path, problem))
+                return
+        for name in names:
             host = self.tree.hosts.get(name)
             if host is None:
                 host = self.tree.hosts[name] = _Host(name)
@@ -692,6 +707,12 @@ class _Builder:
             elif mine <= {"all"}:
                 host.groups.append("ungrouped")
                 groups["ungrouped"].hosts.append(host.name)
+
+
+def group_name_problem(name: str) -> str | None:
+    """Why `name` cannot be a group's: it names the group's file in group_vars/."""
+    problem = file_name_problem(name)
+    return None if problem is None else f"group name {shown_name(name)} {problem}"
 
 
 def _key(key: Any) -> str | int:
@@ -768,10 +789,10 @@ def _source_files(path: Path) -> list[Path]:
 
 def vars_texts(base: Path, name: str, problems: list[InputProblem]) -> list[SourceText]:
     """Ansible's find_vars_files: NAME (a file or a directory), else NAME.yml/.yaml/.json."""
-    if not base.is_dir() or name.startswith(os.sep):
-        return []
-    for candidate in (name, *(name + ext for ext in YAML_EXTENSIONS)):
-        path = base / candidate
+    if not base.is_dir() or file_name_problem(name) is not None:
+        return []  # a host's name is checked where it is written; a group's may be anything
+    for suffix in ("", *YAML_EXTENSIONS):
+        path = file_in(base, name, suffix)
         if path.is_dir():
             return [_read(file, problems) for file in _vars_dir_files(path)]
         if path.exists():

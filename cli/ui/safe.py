@@ -12,12 +12,9 @@ printed as text (a `rich.text.Text`, or `markup=False`), never read as Rich mark
 
 from __future__ import annotations
 
-NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+from cli.names import is_control
 
-# Characters that change how the text around them is laid out or read, though they are not
-# control characters: line and paragraph separators, and the bidirectional overrides and
-# isolates that reorder what is shown ("Trojan Source").
-FORMAT = frozenset("\u2028\u2029\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
 
 def _escape(char: str) -> str:
@@ -28,9 +25,9 @@ def _escape(char: str) -> str:
 
 
 def unsafe(char: str) -> bool:
-    """True for C0 (0x00–0x1f), DEL (0x7f), C1 (0x80–0x9f) and the layout characters."""
-    code = ord(char)
-    return code < 0x20 or 0x7F <= code <= 0x9F or char in FORMAT
+    """True for C0 (0x00–0x1f), DEL (0x7f), C1 (0x80–0x9f) and the layout characters
+    (cli/names.py: the one set of control characters, which inputs refuse)."""
+    return is_control(char)
 
 
 def shown(text: str, keep_newlines: bool = False) -> str:
