@@ -5,9 +5,12 @@ ctl's state directory."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
-from tests.ctl import ctl
+from tests.ctl import ROOT, ctl
 
 
 def files_under(root: Path) -> dict[str, bytes]:
@@ -54,3 +57,41 @@ def test_an_ini_host_named_as_a_path_is_refused_at_its_line(tmp_path: Path) -> N
         " not a host name\n"
     )
     assert not (tmp_path / "s").exists()
+
+
+HOLD = """
+import sys, time
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from cli.edges.lock import exclusive, fleet_lock_path
+with exclusive(fleet_lock_path(Path(sys.argv[1]), Path(sys.argv[2])), timeout=5, command="x"):
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_lock_held_for_an_inventory_directory_stops_a_cordon_through_its_file(
+    tmp_path: Path,
+) -> None:
+    inventory = tmp_path / "inv"
+    shutil.copytree(ROOT / "examples" / "inventory", inventory)
+    hosts = inventory / "hosts.yml"
+    before = files_under(inventory)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(inventory), str(tmp_path / "s" / "modelfleet")],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        result = ctl(
+            "--lock-timeout", "0.5", "cordon", "hgx-1", "-i", str(hosts), "--reason", "fan",
+            env={"XDG_STATE_HOME": str(tmp_path / "s")},
+        )  # fmt: skip
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+    assert result.returncode == 1, result.stderr
+    assert "for more than 0.5 s; nothing was changed" in result.stderr
+    assert files_under(inventory) == before
