@@ -29,6 +29,7 @@ from cli.catalog.schema import (
 )
 from cli.errors import InputError, InputProblem, KeyPath, near_miss
 from cli.names import control_character
+from cli.regularfile import read_regular_file
 from cli.schemaerrors import problems_from_validation
 from cli.shards.flags import accepted_options, check_options, versions_with_data
 from cli.shards.specs import Rank, engine_spec, version_tuple
@@ -114,8 +115,7 @@ class Catalog:
 
 def load_catalog(path: Path) -> Catalog:
     try:
-        with path.open("rb") as file:  # no more than the parser would take
-            data = file.read(MAX_SOURCE_BYTES + 1)
+        data = read_regular_file(path, MAX_SOURCE_BYTES)  # no more than the parser would take
     except OSError as error:
         raise InputError.single(str(path), None, (), f"cannot read: {error.strerror}") from None
     return parse_catalog(decode_source(data, str(path)), str(path))

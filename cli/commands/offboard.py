@@ -106,8 +106,9 @@ def offboard(
                 assert loaded is not None
                 fleet = read_fleet(context, inventory, facts)
                 the_plan = plan_pass(
-                    options, loaded, fleet, inventory, frozenset({name}), force, OFFBOARDING
-                )
+                    options, loaded, fleet, inventory, frozenset({name}), force, OFFBOARDING,
+                    warn=console.warn,
+                )  # fmt: skip
                 # Renewing certificates is reconcile's and drain's work, not offboarding's.
                 the_plan = replace(the_plan, renewals=(), certificates_due=())
                 held["fleet"] = fleet

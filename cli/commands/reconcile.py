@@ -214,7 +214,7 @@ def _reconcile_pass(
             ca = open_ca(directory, datetime.now(UTC))
     the_plan = plan_pass(
         options, loaded, fleet, inventory_path, evict, force, cordon or DRAINING, defragment,
-        ca, directory,
+        ca, directory, warn=console.warn,
     )  # fmt: skip
     if not as_json:
         console.print_lines(render_plan(the_plan))

@@ -61,6 +61,7 @@ from cli.inventory.schema import (
     validate_host_vars,
 )
 from cli.names import control_character, file_in, file_name_problem, shown_name
+from cli.regularfile import read_regular_file
 from cli.schemaerrors import problems_from_validation
 from cli.yamlsource import MAX_SOURCE_BYTES, YamlDocument, decode_source, parse_yaml, yaml_kind
 
@@ -815,9 +816,10 @@ def _vars_dir_files(directory: Path) -> list[Path]:
 
 
 def _read(path: Path, problems: list[InputProblem]) -> SourceText:
-    try:
-        with path.open("rb") as file:  # no more than the parser would take
-            return SourceText(str(path), decode_source(file.read(MAX_SOURCE_BYTES + 1), str(path)))
+    try:  # no more than the parser would take
+        return SourceText(
+            str(path), decode_source(read_regular_file(path, MAX_SOURCE_BYTES), str(path))
+        )
     except InputError as error:
         problems.extend(error.problems)
     except OSError as error:

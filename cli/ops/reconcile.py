@@ -73,15 +73,20 @@ def plan_pass(
     defragment: bool = False,
     ca: CertificateAuthority | None = None,
     ca_dir: Path | None = None,
+    *,
+    warn: Callable[[str], None],
 ) -> Plan:
     """The plan that brings `fleet` to `catalog`; `evict`: nodes being drained, planned as
     cordoned with reason `cordon` (the dry run's plan is the pass's, whose cordon is
     written); `force`: drain even a replica no replacement is found for; `defragment`:
     moves that make room for a replica that fits nowhere. The certificates due are
-    renewed with `ca`, the CA found in `ca_dir`, and only said without one."""
+    renewed with `ca`, the CA found in `ca_dir`, and only said without one. `warn` is told
+    of a backoff ledger that could not be read (the pass writes it afresh)."""
     addresses, listen = serving_addresses(fleet.inventory)
     networks = rank_networks(fleet.inventory)
-    ledger = load_ledger(ledger_file(options, inventory_path))
+    ledger, unreadable = load_ledger(ledger_file(options, inventory_path))
+    if unreadable is not None:
+        warn(unreadable)
     # No rng: each failure's jitter comes from the failure itself, so the same inputs give
     # the same plan in a dry run and in the pass (and in `ctl place --all --dry-run`).
     snapshot = cordoned(fleet.snapshot, dict.fromkeys(evict, cordon))

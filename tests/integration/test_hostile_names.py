@@ -5,11 +5,15 @@ ctl's state directory."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from cli.catalog.load import load_catalog
+from cli.reconcile.ledger import ledger_path
 from tests.ctl import ROOT, ctl
 
 
@@ -61,6 +65,8 @@ def test_an_ini_host_named_as_a_path_is_refused_at_its_line(tmp_path: Path) -> N
 
 HOLD = """
 import sys, time
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -95,3 +101,59 @@ def test_a_lock_held_for_an_inventory_directory_stops_a_cordon_through_its_file(
     assert result.returncode == 1, result.stderr
     assert "for more than 0.5 s; nothing was changed" in result.stderr
     assert files_under(inventory) == before
+
+
+EXAMPLES = ROOT / "examples"
+
+
+def test_a_ledger_entry_with_a_naive_time_is_a_warning_and_the_pass_goes_on(
+    tmp_path: Path,
+) -> None:
+    # It crashed `reconcile --dry-run` with a traceback: a naive time against the clock's.
+    inventory = EXAMPLES / "inventory"
+    ledger = ledger_path(inventory, tmp_path / "s" / "modelfleet")
+    ledger.parent.mkdir(parents=True)
+    naive = {"failures": 2, "until": "2026-11-30T09:00:00"}
+    models = load_catalog(EXAMPLES / "catalog.yaml").models
+    ledger.write_text(json.dumps(dict.fromkeys(models, naive)))
+    result = ctl(
+        "reconcile", "--dry-run", "--catalog", str(EXAMPLES / "catalog.yaml"),
+        "-i", str(inventory), "--facts", str(EXAMPLES / "facts"),
+        env={"XDG_STATE_HOME": str(tmp_path / "s")},
+    )  # fmt: skip
+    assert "Traceback" not in result.stderr
+    assert result.returncode in (0, 1), result.stderr
+    assert (
+        f"warning: ignoring unreadable backoff ledger {ledger} (until is not a time with its"
+        " UTC offset): it is written afresh\n"
+    ) in result.stderr
+
+
+def test_a_fifo_in_a_facts_directory_is_bad_input_not_a_hang(tmp_path: Path) -> None:
+    facts = tmp_path / "facts"
+    shutil.copytree(EXAMPLES / "facts", facts)
+    os.mkfifo(facts / "zz-fifo.json")
+    result = ctl("nodes", "-i", str(EXAMPLES / "inventory"), "--facts", str(facts), timeout=30)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        f"error: {facts / 'zz-fifo.json'}: cannot read: not a regular file but a FIFO\n"
+    )
+
+
+def test_a_symlink_in_a_facts_directory_is_not_followed_nor_its_target_quoted(
+    tmp_path: Path,
+) -> None:
+    secret = tmp_path / "shadow"
+    secret.write_text("root:$6$saltsalt$SECRETHASH:19000:0:99999:7:::\n")
+    facts = tmp_path / "facts"
+    shutil.copytree(EXAMPLES / "facts", facts)
+    (facts / "zz-link.json").symlink_to(secret)
+    (facts / "zz-plain.json").write_text("root: $6$saltsalt$SECRETHASH\n")
+    result = ctl("nodes", "-i", str(EXAMPLES / "inventory"), "--facts", str(facts))
+    assert result.returncode == 2, result.stderr
+    assert "SECRETHASH" not in result.stderr
+    assert result.stderr == (
+        f"error: {facts / 'zz-link.json'}: cannot read: a symbolic link, not followed\n"
+        f"error: {facts / 'zz-plain.json'}:1: an unknown key\n"
+        f"error: {facts / 'zz-plain.json'}:1: missing required key 'gathered_at'\n"
+    )

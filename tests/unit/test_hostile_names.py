@@ -4,15 +4,21 @@ proven to stay in its directory (cli/names.py)."""
 
 from __future__ import annotations
 
+import os
+from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
 import pytest
 
 from cli.catalog.load import parse_catalog
 from cli.errors import InputError
-from cli.inventory.load import SourceText, inventory_from_texts
+from cli.facts.cache import FactsCache
+from cli.inventory.load import SourceText, inventory_from_texts, load_inventory
 from cli.inventory.patterns import MAX_HOST_NAME, host_name_problem
 from cli.names import UnsafeNameError, file_in
+from cli.reconcile.backoff import Backoff
+from cli.reconcile.ledger import load_ledger, save_ledger
+from cli.regularfile import NotARegularFileError, read_regular_file
 from cli.shards.units import shard_paths, unit_name
 
 # --- one function for every path made from a name ----------------------------------------
@@ -208,3 +214,88 @@ def test_a_long_alias_and_a_long_profile_name_are_refused() -> None:
 def test_a_100_character_model_name_is_taken() -> None:
     catalog = parse_catalog(CATALOG.replace("  qwen:", "  " + "q" * 100 + ":"), "catalog.yaml")
     assert list(catalog.models) == ["q" * 100]
+
+
+# --- state files and facts files that are not what ctl wrote (items 8, 9) ----------------
+
+
+NAIVE = "until is not a time with its UTC offset"
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ('{"m": {"failures": 1, "until": "2026-11-30T09:00:00"}}', NAIVE),
+        ('{"m": {"failures": 1, "until": 5}}', NAIVE),
+        ('{"m": {"failures": "x"}}', "failures is not a count"),
+        ('{"m": {"failures": 1, "counted": "abc"}}', "counted is not a list of texts"),
+        ('{"m": {"until": null}}', "not a backoff ledger"),
+        ('{"m": 3}', "an entry is not a JSON object"),
+        ("[1, 2]", "not a JSON object"),
+        ("{", "not a backoff ledger"),
+        ("\xff", "not a backoff ledger"),
+    ],
+)  # fmt: skip
+def test_an_unreadable_ledger_is_a_warning_and_an_empty_ledger(
+    tmp_path: Path, text: str, why: str
+) -> None:
+    path = tmp_path / "ledger.json"
+    path.write_text(text, encoding="latin-1")
+    assert load_ledger(path) == (
+        {},
+        f"ignoring unreadable backoff ledger {path} ({why}): it is written afresh",
+    )
+
+
+def test_a_ledger_ctl_wrote_reads_back_and_a_missing_one_says_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "backoff" / "ledger.json"
+    assert load_ledger(path) == ({}, None)
+    until = datetime(2026, 11, 30, 9, 0, 30, tzinfo=UTC)
+    save_ledger(path, {"m": Backoff(2, until, ("m-1@?",))})
+    assert load_ledger(path) == ({"m": Backoff(2, until, ("m-1@?",))}, None)
+
+
+def test_a_ledger_that_is_a_fifo_or_a_symlink_is_not_read(tmp_path: Path) -> None:
+    fifo, link = tmp_path / "fifo.json", tmp_path / "link.json"
+    os.mkfifo(fifo)
+    link.symlink_to(tmp_path / "elsewhere.json")
+    (tmp_path / "elsewhere.json").write_text("{}")
+    assert load_ledger(fifo)[1] == (
+        f"ignoring unreadable backoff ledger {fifo} (not a regular file but a FIFO):"
+        " it is written afresh"
+    )
+    assert load_ledger(link)[1] == (
+        f"ignoring unreadable backoff ledger {link} (a symbolic link, not followed):"
+        " it is written afresh"
+    )
+
+
+def test_a_fifo_or_a_symlink_in_the_facts_cache_is_a_warning_not_a_hang(tmp_path: Path) -> None:
+    cache = FactsCache(tmp_path / "inventory", tmp_path / "state")
+    cache.directory.mkdir(parents=True)
+    os.mkfifo(cache.directory / "a.json")
+    (cache.directory / "b.json").symlink_to("/etc/passwd")
+    facts, warnings = cache.load()
+    assert facts == {}
+    assert warnings == [
+        f"ignoring unreadable cache file {cache.directory / 'a.json'}:"
+        " not a regular file but a FIFO",
+        f"ignoring unreadable cache file {cache.directory / 'b.json'}:"
+        " a symbolic link, not followed",
+    ]
+
+
+def test_a_regular_file_is_read_to_one_byte_past_the_limit(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 100)
+    assert read_regular_file(path, 10) == b"x" * 11
+    with pytest.raises(NotARegularFileError, match="a directory"):
+        read_regular_file(tmp_path, 10)
+
+
+def test_a_fifo_in_an_inventory_directory_is_bad_input_not_a_hang(tmp_path: Path) -> None:
+    (tmp_path / "hosts.yml").write_text("all:\n  hosts:\n    h1:\n")
+    os.mkfifo(tmp_path / "more")
+    with pytest.raises(InputError) as raised:
+        load_inventory(tmp_path)
+    assert str(raised.value) == (f"{tmp_path / 'more'}: cannot read: not a regular file but a FIFO")
