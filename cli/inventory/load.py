@@ -79,6 +79,19 @@ ADDRESS_KEYS = ("ansible_host", "ansible_ssh_host")
 PORT_KEYS = ("ansible_port", "ansible_ssh_port")
 USER_KEYS = ("ansible_user", "ansible_ssh_user")
 KEY_FILE_KEYS = ("ansible_private_key_file", "ansible_ssh_private_key_file")
+# Ansible's connection plugins that reach a host over SSH as ctl does (ssh, paramiko_ssh,
+# their aliases and full names, and the old `smart`, which picks ssh).
+CONNECTION_PLUGIN_KEY = "ansible_connection"
+SSH_CONNECTIONS = frozenset(
+    {
+        "ssh",
+        "smart",
+        "paramiko",
+        "paramiko_ssh",
+        "ansible.builtin.ssh",
+        "ansible.builtin.paramiko_ssh",
+    }
+)
 CONNECTION_KEYS = ADDRESS_KEYS + PORT_KEYS + USER_KEYS + KEY_FILE_KEYS
 EXPOSED_KEYS = OUR_KEYS + CONNECTION_KEYS
 
@@ -287,12 +300,12 @@ def resolve(
     `group_vars` and `host_vars` map a group or host name to its files, in merge order.
     """
     problems: list[InputProblem] = []
-    skipped: list[str] = []
+    warnings: list[str] = []
     group_files = {
-        name: _read_vars_files(group_vars.get(name, ()), problems, skipped) for name in tree.groups
+        name: _read_vars_files(group_vars.get(name, ()), problems, warnings) for name in tree.groups
     }
     host_files = {
-        name: _read_vars_files(host_vars.get(name, ()), problems, skipped) for name in tree.hosts
+        name: _read_vars_files(host_vars.get(name, ()), problems, warnings) for name in tree.hosts
     }
 
     checked: set[tuple[tuple[str, int | None], KeyPath]] = set()
@@ -329,9 +342,27 @@ def resolve(
         merged |= host.vars
         merged |= host_files[host.name]
         hosts.append(_host(host.name, ("all", *ordered), merged))
+        unfollowed = _unfollowed_connection(host.name, merged.get(CONNECTION_PLUGIN_KEY))
+        if unfollowed is not None:
+            warnings.append(unfollowed)
 
     groups = {group: tuple(names) for group, names in members.items()}
-    return Inventory(source=source, hosts=tuple(hosts), groups=groups, skipped=tuple(skipped))
+    return Inventory(source=source, hosts=tuple(hosts), groups=groups, warnings=tuple(warnings))
+
+
+def _unfollowed_connection(host: str, var: _Var | None) -> str | None:
+    """A warning when the host's ansible_connection is one ctl does not follow: it gathers
+    facts over its own SSH session whatever the inventory says (a later release will gather
+    from a `local` host as Ansible does)."""
+    if var is None or var.value is None or var.value in SSH_CONNECTIONS:
+        return None
+    file, line = var.origin
+    where = file if line is None else f"{file}:{line}"
+    value = shown_name(str(var.value))
+    return (
+        f"{host}: ansible_connection {value} ({where}) is not followed:"
+        f" ctl reaches {host} over SSH all the same"
+    )
 
 
 def _host(name: str, groups: tuple[str, ...], merged: Mapping[str, _Var]) -> Host:
@@ -371,17 +402,17 @@ def is_vaulted(source: SourceText) -> bool:
 
 
 def _read_vars_files(
-    files: Sequence[SourceText], problems: list[InputProblem], skipped: list[str]
+    files: Sequence[SourceText], problems: list[InputProblem], warnings: list[str]
 ) -> dict[str, _Var]:
     """group_vars or host_vars files for one name, merged in order (later replaces earlier).
 
     A Vault-encrypted file still encrypted (load_inventory was given no password) is left
-    out and said in `skipped`: Ansible, given the password, would read it, and ctl's own
+    out and said in `warnings`: Ansible, given the password, would read it, and ctl's own
     keys never need one."""
     merged: dict[str, _Var] = {}
     for source in files:
         if is_vaulted(source):
-            skipped.append(
+            warnings.append(
                 f"{source.file}: encrypted with ansible-vault; ctl reads no variable from it"
                 " (give ctl the password with --vault-password-file, or write labels,"
                 " fabrics, cordoned and the rest of ctl's keys in a plain file)"

@@ -157,3 +157,18 @@ def test_a_symlink_in_a_facts_directory_is_not_followed_nor_its_target_quoted(
         f"error: {facts / 'zz-plain.json'}:1: an unknown key\n"
         f"error: {facts / 'zz-plain.json'}:1: missing required key 'gathered_at'\n"
     )
+
+
+def test_a_local_connection_is_one_warning_line_naming_the_host_and_its_file(
+    tmp_path: Path,
+) -> None:
+    inventory = tmp_path / "inventory"
+    shutil.copytree(EXAMPLES / "inventory", inventory)
+    host_vars = inventory / "host_vars" / "hgx-5.yml"
+    host_vars.write_text(host_vars.read_text() + "ansible_connection: local\n")
+    result = ctl("nodes", "-i", str(inventory), "--facts", str(EXAMPLES / "facts"))
+    assert result.returncode == 1, result.stderr  # l40s-2 is unreachable in the snapshot
+    assert (
+        f"warning: hgx-5: ansible_connection 'local' ({host_vars}:3) is not followed:"
+        " ctl reaches hgx-5 over SSH all the same\n"
+    ) in result.stderr

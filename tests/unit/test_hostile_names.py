@@ -299,3 +299,37 @@ def test_a_fifo_in_an_inventory_directory_is_bad_input_not_a_hang(tmp_path: Path
     with pytest.raises(InputError) as raised:
         load_inventory(tmp_path)
     assert str(raised.value) == (f"{tmp_path / 'more'}: cannot read: not a regular file but a FIFO")
+
+
+# --- a connection ctl does not follow (item 11) ------------------------------------------
+
+
+def test_a_host_ansible_reaches_locally_is_warned_of_with_its_file_and_line() -> None:
+    inventory = inventory_from_texts(
+        "inv",
+        [
+            SourceText(
+                "hosts.yml",
+                "all:\n  hosts:\n    here:\n      ansible_connection: local\n"
+                "    there:\n      ansible_connection: ssh\n    plain:\n"
+                "    fast:\n      ansible_connection: ansible.builtin.paramiko_ssh\n",
+            )
+        ],
+        group_vars={"all": [SourceText("group_vars/all.yml", "ansible_connection: smart\n")]},
+    )
+    assert inventory.warnings == (
+        "here: ansible_connection 'local' (hosts.yml:4) is not followed: ctl reaches here"
+        " over SSH all the same",
+    )
+
+
+def test_a_group_that_runs_its_hosts_in_containers_is_warned_of_per_host() -> None:
+    inventory = inventory_from_texts(
+        "inv",
+        [SourceText("hosts", "[pods]\na\nb\n[pods:vars]\nansible_connection=docker\n")],
+    )
+    assert inventory.warnings == tuple(
+        f"{host}: ansible_connection 'docker' (hosts:5) is not followed: ctl reaches {host}"
+        " over SSH all the same"
+        for host in ("a", "b")
+    )
