@@ -28,7 +28,8 @@ from cli.catalog.schema import (
     TokenRef,
 )
 from cli.errors import InputError, InputProblem, KeyPath, near_miss
-from cli.names import control_character
+from cli.facts.model import staged_file_name
+from cli.names import control_character, file_name_problem
 from cli.regularfile import read_regular_file
 from cli.schemaerrors import problems_from_validation
 from cli.shards.flags import accepted_options, check_options, versions_with_data
@@ -378,6 +379,17 @@ def _check_engine(
     parser does not have (the data of scripts/engine_flags.py)."""
     spec = engine_spec(profile.engine)
     problems: list[InputProblem] = []
+    if source is not None and source.startswith(("http://", "https://")):
+        unfit = file_name_problem(staged_file_name(source))
+        if unfit is not None:
+            where = (*at, "source") if profile.source is not None else ("models", model, "source")
+            problems.append(
+                document.problem(
+                    where,
+                    f"the file this URL names {unfit}: name the file"
+                    " (https://HOST/PATH/FILE.gguf), which is staged under that name",
+                )
+            )
     if spec.needs_gpus and not profile.uses_gpus:
         problems.append(
             document.problem(

@@ -7,7 +7,9 @@ probe could not read its memory is not a node without memory.
 from __future__ import annotations
 
 import hashlib
+import posixpath
 import re
+import urllib.parse
 from datetime import datetime
 from typing import Final, Literal
 
@@ -132,6 +134,13 @@ def store_directory(source: str) -> str:
     readable = _UNSAFE.sub("-", source).strip("-.")[:100]
     digest = hashlib.sha256(source.encode()).hexdigest()[:12]
     return f"{readable}-{digest}"
+
+
+def staged_file_name(source: str) -> str:
+    """The name an `http(s)://` source's one file gets in its store directory: the last
+    part of the URL's path (`model` when there is none). The catalog refuses a source
+    whose name could not be a file's (`https://host/a/..`: cli/names.py)."""
+    return posixpath.basename(urllib.parse.urlsplit(source).path) or "model"
 
 
 class StoredWeights(Strict):

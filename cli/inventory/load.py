@@ -471,6 +471,9 @@ def _check(key: str, var: _Var) -> list[InputProblem]:
             # The address reaches the shards' unit and environment files (VLLM_HOST_IP,
             # --host), and every one of these ssh's command line.
             return [var.doc.problem(var.path, f"has a control character ({control})")]
+        if key in ADDRESS_KEYS and isinstance(var.value, str) and var.value.startswith("-"):
+            # ssh, which Ansible runs with the address as an argument, would read an option.
+            return [var.doc.problem(var.path, "an address does not start with '-'")]
         if var.value is None or (isinstance(var.value, str) and var.value.strip()):
             return []
         if isinstance(var.value, str):

@@ -19,6 +19,7 @@ from cli.names import UnsafeNameError, file_in
 from cli.reconcile.backoff import Backoff
 from cli.reconcile.ledger import load_ledger, save_ledger
 from cli.regularfile import NotARegularFileError, read_regular_file
+from cli.shards.staging import staged_path
 from cli.shards.units import shard_paths, unit_name
 
 # --- one function for every path made from a name ----------------------------------------
@@ -333,3 +334,25 @@ def test_a_group_that_runs_its_hosts_in_containers_is_warned_of_per_host() -> No
         " over SSH all the same"
         for host in ("a", "b")
     )
+
+
+def test_an_address_that_would_be_an_ssh_option_is_refused() -> None:
+    text = 'all:\n  hosts:\n    h1:\n      ansible_host: "-oProxyCommand=sh -c x"\n'
+    assert inventory_errors(text) == [
+        "hosts.yml:4: all.hosts.h1.ansible_host: an address does not start with '-'"
+    ]
+
+
+def test_a_url_source_whose_file_name_is_a_directory_is_refused_at_load() -> None:
+    # Staged as STORE/DIR/.., which is the store itself.
+    text = CATALOG.replace(
+        "source: hf://Qwen/Qwen2.5-Coder-7B-Instruct", "source: https://example.com/a/.."
+    )
+    assert catalog_errors(text) == [
+        "catalog.yaml:3: models.qwen.source: the file this URL names is '..', a directory,"
+        " not a file: name the file (https://HOST/PATH/FILE.gguf), which is staged under that"
+        " name"
+    ]
+    staged = staged_path("https://example.com/m/q4.gguf", "llama.cpp", "/srv/models")
+    assert staged is not None and staged.endswith("/q4.gguf")
+    assert staged.startswith("/srv/models/")
