@@ -16,6 +16,7 @@ from cli.facts.cache import FactsCache
 from cli.inventory.load import SourceText, inventory_from_texts, load_inventory
 from cli.inventory.patterns import MAX_HOST_NAME, host_name_problem
 from cli.names import UnsafeNameError, file_in
+from cli.provision.plan.options import name_problem
 from cli.reconcile.backoff import Backoff
 from cli.reconcile.ledger import load_ledger, save_ledger
 from cli.regularfile import NotARegularFileError, read_regular_file
@@ -356,3 +357,32 @@ def test_a_url_source_whose_file_name_is_a_directory_is_refused_at_load() -> Non
     staged = staged_path("https://example.com/m/q4.gguf", "llama.cpp", "/srv/models")
     assert staged is not None and staged.endswith("/q4.gguf")
     assert staged.startswith("/srv/models/")
+
+
+# --- every name checked whole (item 7) ---------------------------------------------------
+
+
+def test_a_vm_name_with_a_trailing_newline_is_no_dns_name() -> None:
+    # `re.match` with `$` took "gpu-9\n" (and cloud-init would have made it the hostname).
+    assert name_problem("gpu-9") is None
+    assert name_problem("gpu-9\n") is not None
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("fabric_interface", "ib0\n"), ("modelfleet_model_store", "/srv/models\n")],
+)
+def test_a_pattern_checked_inventory_value_with_a_trailing_newline_is_refused(
+    key: str, value: str
+) -> None:
+    text = f"all:\n  hosts:\n    h1:\n      {key}: {value!r}\n".replace("'", '"')
+    (error,) = inventory_errors(text)
+    assert error.startswith(f"hosts.yml:4: all.hosts.h1.{key}: ")
+
+
+def test_a_profile_name_with_a_trailing_newline_is_refused() -> None:
+    errors = catalog_errors(CATALOG.replace("name: cpu", 'name: "cpu\\n"'))
+    assert errors == [
+        "catalog.yaml:5: models.qwen.profiles[0].name: has a control character (U+000A):"
+        " no text in a catalog may hold one (it reaches the nodes' unit files)"
+    ]
