@@ -6,8 +6,9 @@ the clocks: a node not reached now and never reached before is Unreachable, not 
 
 ctl writes it (atomically, 0600) and reads it back with the JSON parser alone: not the
 YAML parser that reads an operator's snapshot for its line numbers, which took 64 s and
-2.5 GB for a 70 MB file. A file that is too big, not JSON, or not facts is ignored with a
-warning: what it held, the next gather learns again.
+2.5 GB for a 70 MB file. A file that is too big, not JSON, or not facts, and anything
+that is no regular file (a FIFO, a symlink: cli/regularfile.py) is ignored with a warning:
+what it held, the next gather learns again. A node's file is named through cli/names.py.
 """
 
 from __future__ import annotations
