@@ -20,12 +20,19 @@ _FRIENDLY_PATTERNS = {
 
 
 def problems_from_validation(
-    error: ValidationError, root: type[BaseModel], document: YamlDocument, prefix: KeyPath = ()
+    error: ValidationError,
+    root: type[BaseModel],
+    document: YamlDocument,
+    prefix: KeyPath = (),
+    *,
+    quote: bool = True,
 ) -> list[InputProblem]:
     """One problem per pydantic error, at the line of the key in `document`.
 
     `prefix` is where `root` sits in the document. A custom error may name a deeper
     position than pydantic knows with `at` in its context (a duplicate inside a list).
+    `quote` False: no text of the document is quoted (an unknown key is not named, a wrong
+    value is said by its kind), for a file that is no operator's writing.
     """
     errors: list[tuple[ErrorDetails, KeyPath]] = []
     for detail in error.errors():
@@ -40,7 +47,7 @@ def problems_from_validation(
             hint = near_miss(key, fields_at(root, loc[:-1]))
             misspelt.setdefault(loc[:-1], []).append(hint)
             line = document.line_of((*prefix, *loc))
-            message = f"unknown key '{key}'{hint}"
+            message = f"unknown key '{key}'{hint}" if quote else "an unknown key"
             problems.append(InputProblem(document.file, line, (*prefix, *loc[:-1]), message))
     for detail, loc in errors:
         kind = detail["type"]
@@ -55,7 +62,7 @@ def problems_from_validation(
                     document.problem((*prefix, *loc[:-1]), f"missing required key '{loc[-1]}'")
                 )
             continue
-        problems.append(document.problem((*prefix, *loc), _message(detail, root, loc)))
+        problems.append(document.problem((*prefix, *loc), _message(detail, root, loc, quote)))
     return problems
 
 
@@ -65,14 +72,21 @@ def _loc_part(part: Any) -> str | int:
     return str(part)
 
 
-def _message(detail: ErrorDetails, root: type[BaseModel], loc: KeyPath) -> str:
+def _message(detail: ErrorDetails, root: type[BaseModel], loc: KeyPath, quote: bool) -> str:
     kind = detail["type"]
     value = detail.get("input")
     ctx = detail.get("ctx") or {}
+    shown = _shown if quote else yaml_kind
+    if not quote and kind in ("literal_error", "string_pattern_mismatch"):
+        kind = f"{kind}:unquoted"
     if kind == "literal_error":
         choices = _literal_choices(root, loc)
         hint = near_miss(str(value), choices) if isinstance(value, str) else ""
         return f"'{value}' is not one of {', '.join(choices)}{hint}"
+    if kind == "literal_error:unquoted":
+        return f"is not one of {', '.join(_literal_choices(root, loc))}"
+    if kind == "string_pattern_mismatch:unquoted":
+        return "is not valid here"
     if kind == "string_pattern_mismatch":
         field = str(loc[-1]) if loc and isinstance(loc[-1], str) else ""
         hint = _FRIENDLY_PATTERNS.get(field, f"must match {ctx.get('pattern')}")
@@ -84,11 +98,11 @@ def _message(detail: ErrorDetails, root: type[BaseModel], loc: KeyPath) -> str:
     if kind in ("tuple_type", "list_type"):
         return f"must be a list, not {yaml_kind(value)}"
     if kind in ("int_type", "int_parsing", "int_from_float"):
-        return f"must be a whole number, not {_shown(value)}"
+        return f"must be a whole number, not {shown(value)}"
     if kind in ("float_type", "float_parsing"):
-        return f"must be a number, not {_shown(value)}"
+        return f"must be a number, not {shown(value)}"
     if kind in ("bool_type", "bool_parsing"):
-        return f"must be true or false, not {_shown(value)}"
+        return f"must be true or false, not {shown(value)}"
     if kind in ("too_short", "string_too_short"):
         return "must not be empty"
     if kind in ("greater_than", "greater_than_equal", "less_than_equal", "less_than"):
@@ -96,7 +110,7 @@ def _message(detail: ErrorDetails, root: type[BaseModel], loc: KeyPath) -> str:
             kind, "at most" if kind == "less_than_equal" else "less than"
         )
         limit = next(iter(ctx.values()), "")
-        return f"must be {bound} {limit}, not {_shown(value)}"
+        return f"must be {bound} {limit}, not {shown(value)}"
     if kind == "value_error" and "error" in ctx:
         return str(ctx["error"])
     message = str(detail["msg"])

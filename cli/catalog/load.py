@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from cli.catalog.schema import (
     ENV_NAME,
+    MAX_NAME,
     MULTI_NODE_ENGINES,
     NAME_PATTERN,
     SECRET_ENV,
@@ -29,6 +30,8 @@ from cli.catalog.schema import (
 from cli.engines.flags import accepted_options, check_options, versions_with_data
 from cli.engines.specs import Rank, engine_spec, version_tuple
 from cli.errors import InputError, InputProblem, KeyPath, near_miss
+from cli.names import control_character, file_name_problem, staged_file_name
+from cli.regularfile import read_regular_file
 from cli.schemaerrors import problems_from_validation
 from cli.yamlsource import MAX_SOURCE_BYTES, YamlDocument, decode_source, parse_yaml
 
@@ -39,6 +42,7 @@ EMPTY_CATALOG = (
 # Set per shard from where it was placed; a catalog value would send it to other GPUs.
 RESERVED_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NCCL_IB_HCA"})
 # Where a token goes instead of the catalog, said by every refusal of one written there.
+CONTROL_REFUSED = "no text in a catalog may hold one (it reaches the nodes' unit files)"
 NOT_IN_THE_CATALOG = (
     "a secret is never written in the catalog, from where it would reach the nodes' unit"
     f" files; name where it comes from: {TOKEN_FORMS} (docs/catalog.md)"
@@ -111,8 +115,7 @@ class Catalog:
 
 def load_catalog(path: Path) -> Catalog:
     try:
-        with path.open("rb") as file:  # no more than the parser would take
-            data = file.read(MAX_SOURCE_BYTES + 1)
+        data = read_regular_file(path, MAX_SOURCE_BYTES)  # no more than the parser would take
     except OSError as error:
         raise InputError.single(str(path), None, (), f"cannot read: {error.strerror}") from None
     return parse_catalog(decode_source(data, str(path)), str(path))
@@ -125,6 +128,9 @@ def parse_catalog(text: str, file: str) -> Catalog:
     document = parse_yaml(text, file)
     data = document.data
     secrets, problems = _written_tokens(document, data, ())
+    controls = _redacted(_control_characters(document, data, ()), secrets, problems)
+    if controls:  # what the schema would say of such a text is only noise
+        raise InputError(problems + controls)
     if problems and (not isinstance(data, dict) or "models" not in data):
         # Said whatever else is wrong: the operator has a token to move (and, if the
         # catalog was shared, to revoke).
@@ -206,6 +212,30 @@ def _written_tokens(
     return secrets, problems
 
 
+def _control_characters(document: YamlDocument, data: Any, path: KeyPath) -> list[InputProblem]:
+    """Every text in the document, key or value, that holds a control character
+    (cli/names.py): a CR, VT, FF or U+2028 in an argument splits the unit file's ExecStart
+    line where systemd reads it, and none belongs in a catalog."""
+    if isinstance(data, str):
+        found = control_character(data)
+        if found is None:
+            return []
+        return [document.problem(path, f"has a control character ({found}): {CONTROL_REFUSED}")]
+    problems: list[InputProblem] = []
+    if isinstance(data, dict):
+        for key, value in data.items():
+            found = control_character(key) if isinstance(key, str) else None
+            if found is not None:
+                message = f"a key here has a control character ({found}): {CONTROL_REFUSED}"
+                problems.append(document.problem(path, message))
+                continue
+            problems += _control_characters(document, value, (*path, key))
+    elif isinstance(data, list):
+        for index, item in enumerate(data):
+            problems += _control_characters(document, item, (*path, index))
+    return problems
+
+
 def _redacted(
     problems: list[InputProblem], secrets: set[str], said: list[InputProblem]
 ) -> list[InputProblem]:
@@ -279,13 +309,24 @@ def _check_tokens(document: YamlDocument, name: str, model: Model) -> list[Input
     return problems
 
 
+def _name_problem(what: str, name: str, why: str = "") -> str | None:
+    """Why `name` cannot be a model's or an alias's (a model's names units and files on
+    the nodes: schema.MAX_NAME)."""
+    if not re.fullmatch(NAME_PATTERN, name):
+        return f"{what} uses letters, digits, '.', '_' and '-' only"
+    if len(name) > MAX_NAME:
+        return f"{what} has at most {MAX_NAME} characters, not {len(name)}{why}"
+    return None
+
+
 def _check_model(document: YamlDocument, name: str, model: Model) -> list[InputProblem]:
     here = ("models", name)
     problems: list[InputProblem] = []
-    if not re.fullmatch(NAME_PATTERN, name):
-        problems.append(
-            document.problem(here, "a model name uses letters, digits, '.', '_' and '-' only")
-        )
+    problem = _name_problem(
+        "a model name", name, ": it names the systemd units and files of its replicas on the nodes"
+    )
+    if problem is not None:
+        problems.append(document.problem(here, problem))
     if model.replicas.max is not None and model.replicas.min > model.replicas.max:
         problems.append(
             document.problem(
@@ -337,6 +378,17 @@ def _check_engine(
     parser does not have (the data of scripts/engine_flags.py)."""
     spec = engine_spec(profile.engine)
     problems: list[InputProblem] = []
+    if source is not None and source.startswith(("http://", "https://")):
+        unfit = file_name_problem(staged_file_name(source))
+        if unfit is not None:
+            where = (*at, "source") if profile.source is not None else ("models", model, "source")
+            problems.append(
+                document.problem(
+                    where,
+                    f"the file this URL names {unfit}: name the file"
+                    " (https://HOST/PATH/FILE.gguf), which is staged under that name",
+                )
+            )
     if spec.needs_gpus and not profile.uses_gpus:
         problems.append(
             document.problem(
@@ -412,7 +464,7 @@ def _check_profile(
                 )
             )
     for key in profile.env:
-        if not re.match(ENV_NAME, key):
+        if not re.fullmatch(ENV_NAME, key):
             problems.append(document.problem((*at, "env", key), "not an environment name"))
         elif key in RESERVED_ENV:
             problems.append(
@@ -508,10 +560,8 @@ def _collect_aliases(
                         at, f"alias '{alias}' is already an alias of '{aliases[alias]}'"
                     )
                 )
-            elif not re.fullmatch(NAME_PATTERN, alias):
-                problems.append(
-                    document.problem(at, "an alias uses letters, digits, '.', '_' and '-' only")
-                )
+            elif (problem := _name_problem("an alias", alias)) is not None:
+                problems.append(document.problem(at, problem))
             else:
                 aliases[alias] = name
     return aliases, problems

@@ -35,6 +35,12 @@ MULTI_NODE_ENGINES: frozenset[str] = frozenset(n for n, s in ENGINE_SPECS.items(
 VERSION_PATTERN = r"^\d+(\.\d+){0,3}$"
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+# Model, alias and profile names. A replica is its model's name and a number, and each of
+# its shards on a node is a systemd unit and two files named from it
+# (modelfleet-MODEL-N-rankR.service): with a 100-character name, 38 characters to spare
+# for N and R within a file name's 255 bytes, less the temporary copy's 20
+# (cli/names.py). Hugging Face's own repository names stop at 96.
+MAX_NAME = 100
 SOURCE_PATTERN = r"^(hf://[^/\s]+/[^\s]+|file:///\S+|s3://\S+|https?://\S+)$"
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
@@ -142,7 +148,7 @@ class Replicas(Strict):
 
 
 class Profile(Strict):
-    name: str = Field(pattern=NAME_PATTERN)
+    name: str = Field(pattern=NAME_PATTERN, max_length=MAX_NAME)
     priority: int
     engine: Engine
     source: str | None = Field(default=None, pattern=SOURCE_PATTERN)

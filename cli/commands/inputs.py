@@ -108,7 +108,7 @@ def read_fleet(
     unreached = {f"{n}: {f.error}" for n, f in fleet.facts.items() if f.error is not None}
     for warning in fleet.warnings:
         if say_unreached or warning not in unreached:
-            console.err.print(f"warning: {console.rich_escape(warning)}")
+            console.warn(warning)
     for name, reason in fleet.unreached.items() if say_unreached else ():
         console.err.print(f"unreachable: {name}: {console.rich_escape(reason)}")
     return fleet

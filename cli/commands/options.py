@@ -41,7 +41,7 @@ _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 def parse_duration(text: str) -> timedelta:
     """`90s`, `30m`, `2h`, `1d`."""
-    match = _DURATION.match(text.strip())
+    match = _DURATION.fullmatch(text.strip())
     if match is None:
         raise typer.BadParameter(f"'{text}' is not a duration like 90s, 30m, 2h or 1d")
     return timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})

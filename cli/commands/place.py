@@ -91,7 +91,7 @@ def place(
         from cli.ops.reconcile import plan_pass
         from cli.reconcile.planner import placement_run
 
-        the_plan = plan_pass(app_context(context), loaded, fleet, inventory)
+        the_plan = plan_pass(app_context(context), loaded, fleet, inventory, warn=console.warn)
         run = placement_run(the_plan, loaded)
         for wait in the_plan.waits:
             waiting[wait.model] = {"failures": wait.failures, "until": wait.until.isoformat()}

@@ -46,8 +46,14 @@ class LockTimeoutError(Exception):
 
 
 def fleet_lock_path(inventory: Path, root: Path | None = None) -> Path:
-    """The lock of the fleet that `inventory` describes, in ctl's state directory."""
-    return (root or state_dir()) / "locks" / f"{state_key(inventory)}.lock"
+    """The lock of the fleet that `inventory` describes, in ctl's state directory.
+
+    Keyed on the directory the inventory is read from (a directory, or the one a file is
+    in: where its group_vars/ and host_vars/ are, which every edit may touch), resolved: a
+    lock held for `inv` stops `ctl cordon -i inv/hosts.yml` too. Two inventory files in one
+    directory share a lock: they share those variables."""
+    base = inventory if inventory.is_dir() else inventory.parent
+    return (root or state_dir()) / "locks" / f"{state_key(base)}.lock"
 
 
 @contextlib.contextmanager

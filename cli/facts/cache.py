@@ -6,8 +6,9 @@ the clocks: a node not reached now and never reached before is Unreachable, not 
 
 ctl writes it (atomically, 0600) and reads it back with the JSON parser alone: not the
 YAML parser that reads an operator's snapshot for its line numbers, which took 64 s and
-2.5 GB for a 70 MB file. A file that is too big, not JSON, or not facts is ignored with a
-warning: what it held, the next gather learns again.
+2.5 GB for a 70 MB file. A file that is too big, not JSON, or not facts, and anything
+that is no regular file (a FIFO, a symlink: cli/regularfile.py) is ignored with a warning:
+what it held, the next gather learns again. A node's file is named through cli/names.py.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pydantic import ValidationError
 from cli.edges.files import state_dir, state_key
 from cli.facts.model import NodeFacts
 from cli.facts.store import save_facts
+from cli.regularfile import read_regular_file
 
 # Far above what one node's facts take (1,024 GPUs come to about 1 MiB).
 MAX_CACHE_FILE_BYTES = 16 * 1024 * 1024
@@ -38,9 +40,10 @@ class FactsCache:
         for path in sorted(self.directory.glob("*.json")):
             why = None
             try:
-                why = _unreadable(path)
+                data = read_regular_file(path, MAX_CACHE_FILE_BYTES, follow_symlinks=False)
+                why = _unreadable(path.lstat().st_size if len(data) > MAX_CACHE_FILE_BYTES else 0)
                 if why is None:
-                    facts[path.stem] = NodeFacts.model_validate_json(path.read_bytes())
+                    facts[path.stem] = NodeFacts.model_validate_json(data)
             except OSError as error:
                 why = error.strerror or str(error)
             except ValidationError as error:
@@ -55,8 +58,7 @@ class FactsCache:
             save_facts(self.directory, name, node_facts)
 
 
-def _unreadable(path: Path) -> str | None:
-    size = path.stat().st_size
+def _unreadable(size: int) -> str | None:
     if size > MAX_CACHE_FILE_BYTES:
         return f"{size} bytes, more than the {MAX_CACHE_FILE_BYTES} a node's facts can take"
     return None

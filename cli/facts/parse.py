@@ -141,7 +141,7 @@ _DIGITS = re.compile(r"^[0-9]+$")  # str.isdigit() also accepts "²", which int(
 
 
 def _is_whole_number(text: str) -> bool:
-    return _DIGITS.match(text) is not None
+    return _DIGITS.fullmatch(text) is not None
 
 
 def _bounded_int(text: str, section: str, line: int, what: str, maximum: int) -> int:
@@ -189,7 +189,7 @@ _MEMINFO_LINE = re.compile(r"^(?P<key>[^:\s]+):\s*(?P<value>\d+)(?:\s+(?P<unit>\
 
 
 def _meminfo_kib(line: _Line, key: str) -> int:
-    match = _MEMINFO_LINE.match(line.text)
+    match = _MEMINFO_LINE.fullmatch(line.text)
     if match is None:
         raise FactsParseError(
             SECTION_MEMINFO, line.number, f"cannot read {key} from {_quote(line.text)}"
@@ -215,7 +215,7 @@ def parse_meminfo(text: str) -> Memory | None:
     for line in _lines(text):
         key = line.text.partition(":")[0]
         if key not in ("MemTotal", "MemAvailable"):
-            if _MEMINFO_LINE.match(line.text) is None:
+            if _MEMINFO_LINE.fullmatch(line.text) is None:
                 raise FactsParseError(
                     SECTION_MEMINFO,
                     line.number,
@@ -299,7 +299,9 @@ def _optional_int(value: str, section: str, line: int, what: str) -> int | None:
         return None
     if not _is_whole_number(value):
         hint = (
-            " (the probe must use --format=csv,noheader,nounits)" if _WITH_UNIT.match(value) else ""
+            " (the probe must use --format=csv,noheader,nounits)"
+            if _WITH_UNIT.fullmatch(value)
+            else ""
         )
         raise FactsParseError(section, line, f"{what} {_quote(value)} is not a whole number{hint}")
     return _bounded_int(value, section, line, what, _MAX_VALUE)
@@ -340,7 +342,7 @@ def parse_query_gpu(text: str) -> tuple[Gpu, ...]:
         seen[index] = line.number
         pci_bus_id: str | None = None
         if bus_id not in NOT_REPORTED:
-            if not _PCI_BUS_ID.match(bus_id):
+            if not _PCI_BUS_ID.fullmatch(bus_id):
                 raise FactsParseError(
                     SECTION_QUERY_GPU,
                     line.number,
@@ -492,7 +494,7 @@ def parse_topology(text: str) -> tuple[tuple[int, ...], ...]:
     gpu_columns: dict[int, int] = {}  # column position → GPU number
     seen_gpus: set[int] = set()
     for position, label in enumerate(columns):
-        match = _GPU_LABEL.match(label)
+        match = _GPU_LABEL.fullmatch(label)
         if match is not None:
             gpu = _gpu_number(match.group(1), header_at + 1, label)
             if gpu in seen_gpus:
@@ -510,7 +512,7 @@ def parse_topology(text: str) -> tuple[tuple[int, ...], ...]:
             continue
         if tokens[0] == "Legend:":
             break
-        match = _GPU_LABEL.match(tokens[0])
+        match = _GPU_LABEL.fullmatch(tokens[0])
         if match is None:
             continue  # a NIC row
         gpu = _gpu_number(match.group(1), offset, tokens[0])
@@ -528,7 +530,7 @@ def parse_topology(text: str) -> tuple[tuple[int, ...], ...]:
                 f"row {tokens[0]} has {len(cells)} cells, the header has {len(columns)} columns",
             )
         for position, cell in enumerate(cells):
-            if not _CELL.match(cell):
+            if not _CELL.fullmatch(cell):
                 raise FactsParseError(
                     SECTION_TOPOLOGY,
                     offset,
@@ -555,7 +557,9 @@ def parse_topology(text: str) -> tuple[tuple[int, ...], ...]:
     for gpu, row in links.items():
         for other, cell in row.items():
             reverse = links[other][gpu]
-            if other != gpu and (_NVLINK.match(cell) is None) != (_NVLINK.match(reverse) is None):
+            if other != gpu and (_NVLINK.fullmatch(cell) is None) != (
+                _NVLINK.fullmatch(reverse) is None
+            ):
                 raise FactsParseError(
                     SECTION_TOPOLOGY,
                     row_lines[gpu],
@@ -569,7 +573,7 @@ def parse_topology(text: str) -> tuple[tuple[int, ...], ...]:
 
 
 def _nvlinks(cell: str) -> int:
-    match = _NVLINK.match(cell)
+    match = _NVLINK.fullmatch(cell)
     return int(match.group(1)) if match is not None else 0
 
 
@@ -711,7 +715,7 @@ def parse_listening_ports(text: str) -> tuple[int, ...]:
         if fields[3] != _TCP_LISTEN:
             continue
         port_hex = fields[1].rsplit(":", 1)[1]
-        if not _HEX_PORT.match(port_hex):
+        if not _HEX_PORT.fullmatch(port_hex):
             raise FactsParseError(
                 SECTION_LISTENING, line.number, f"bad local address {_quote(fields[1])}"
             )

@@ -62,7 +62,7 @@ def split_sections(output: str) -> dict[str, Section]:
     lines: list[str] = []
     errors: list[str] = []
     for line in output.splitlines():
-        mark = _MARK.match(line)
+        mark = _MARK.fullmatch(line)
         if mark is None:
             if current is None:
                 continue
@@ -269,7 +269,7 @@ def _rows_and_messages(section: Section) -> tuple[str, list[str]]:
     rows: list[str] = []
     messages = [_said(line) for line in section.stderr if line.strip()]
     for line in section.text.splitlines():
-        if _SMI_MESSAGE.match(line.strip()):
+        if _SMI_MESSAGE.fullmatch(line.strip()):
             messages.append(_said(line))
         else:
             rows.append(line)

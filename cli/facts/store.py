@@ -10,11 +10,15 @@ from pydantic import ValidationError
 from cli.edges.files import atomic_write
 from cli.errors import InputError, InputProblem
 from cli.facts.model import NodeFacts
+from cli.names import file_in
+from cli.regularfile import read_regular_file
 from cli.schemaerrors import problems_from_validation
 from cli.yamlsource import MAX_SOURCE_BYTES, decode_source, parse_yaml
 
 
 def parse_facts(text: str, file: str) -> NodeFacts:
+    """One facts file's node; InputError naming its lines and keys, never quoting what the
+    file holds (a facts file is a machine's, and may be anything)."""
     # JSON is read through the YAML parser because it remembers lines for the errors.
     document = parse_yaml(text, file)
     if not isinstance(document.data, dict):
@@ -22,7 +26,9 @@ def parse_facts(text: str, file: str) -> NodeFacts:
     try:
         return NodeFacts.model_validate(document.data)
     except ValidationError as error:
-        raise InputError(problems_from_validation(error, NodeFacts, document)) from None
+        raise InputError(
+            problems_from_validation(error, NodeFacts, document, quote=False)
+        ) from None
 
 
 def load_facts_dir(directory: Path) -> dict[str, NodeFacts]:
@@ -32,10 +38,9 @@ def load_facts_dir(directory: Path) -> dict[str, NodeFacts]:
     facts: dict[str, NodeFacts] = {}
     problems: list[InputProblem] = []
     for path in sorted(directory.glob("*.json")):
-        try:
-            with path.open("rb") as file:  # no more than the parser would take
-                text = decode_source(file.read(MAX_SOURCE_BYTES + 1), str(path))
-            facts[path.stem] = parse_facts(text, str(path))
+        try:  # a regular file only, not through a symlink; no more than the parser takes
+            data = read_regular_file(path, MAX_SOURCE_BYTES, follow_symlinks=False)
+            facts[path.stem] = parse_facts(decode_source(data, str(path)), str(path))
         except InputError as error:
             problems += error.problems
         except OSError as error:
@@ -52,6 +57,6 @@ def facts_json(facts: NodeFacts) -> str:
 def save_facts(directory: Path, name: str, facts: NodeFacts) -> Path:
     """Write atomically, so a reader never sees half a file."""
     directory.mkdir(parents=True, exist_ok=True)
-    target = directory / f"{name}.json"
+    target = file_in(directory, name, ".json")
     atomic_write(target, facts_json(facts), 0o600)
     return target

@@ -62,12 +62,12 @@ from cli.inventory.splice import (
     remove_key,
     set_key,
 )
+from cli.names import control_character
 
 KEY = "cordoned"
 DIR_FILE = "cordon.yml"  # the file written in a host_vars/NODE/ directory
 
 _NULL_TAG = "tag:yaml.org,2002:null"
-_LINE_BREAKS = ("\n", "\r", "\x85", "\u2028", "\u2029")
 
 Scope = Literal["host", "range", "group", "other"]
 
@@ -269,8 +269,10 @@ def reason_problem(reason: str) -> str | None:
     """Why `reason` cannot be a cordon reason, or None."""
     if not reason.strip():
         return 'empty: say why the node is cordoned (--reason "PSU fan failing")'
-    if any(brk in reason for brk in _LINE_BREAKS):
-        return "must be one line"
+    control = control_character(reason)
+    if control is not None:
+        # Not only LF and CR: the INI reader's splitlines also ends a line at VT, FF and more.
+        return f"must be one line of text, without a control character ({control})"
     if "{{" in reason or "{%" in reason:
         return "must not hold {{ or {% (Ansible would read it as a Jinja template)"
     return None

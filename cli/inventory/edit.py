@@ -39,6 +39,7 @@ from cli.inventory.load import (
 from cli.inventory.remove import Removal, plan_removal
 from cli.inventory.schema import Host, Inventory, changed_hosts
 from cli.inventory.splice import quote
+from cli.names import file_in
 
 
 def read_texts(inventory: Path, node: str) -> InventoryTexts:
@@ -54,9 +55,9 @@ def read_texts(inventory: Path, node: str) -> InventoryTexts:
     if problems:
         raise InputError(problems)
     home = base / "host_vars"
-    vars_file, vars_dir = str(home / f"{node}.yml"), None
-    for candidate in (node, f"{node}.yml", f"{node}.yaml", f"{node}.json"):
-        path = home / candidate
+    vars_file, vars_dir = str(file_in(home, node, ".yml")), None
+    for suffix in ("", ".yml", ".yaml", ".json"):
+        path = file_in(home, node, suffix)
         if path.is_dir():
             vars_file, vars_dir = str(path / DIR_FILE), str(path)
             break

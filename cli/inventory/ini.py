@@ -131,7 +131,7 @@ def parse_ini(text: str, known: Container[str]) -> tuple[IniOp, ...]:
         line = raw.strip()
         if not line or line[0] in COMMENT_MARKERS:
             continue
-        section = _SECTION.match(line)
+        section = _SECTION.fullmatch(line)
         if section:
             group, state = section.group(1), section.group(2) or "hosts"
             if state not in _STATES:
@@ -165,7 +165,7 @@ def parse_ini(text: str, known: Container[str]) -> tuple[IniOp, ...]:
                 raise IniError(number, f"expected key=value in [{group}:vars], got: {line}")
             ops.append(IniGroupVar(group, key.strip(), ini_value(value.strip(), number), number))
         else:
-            match = _GROUP_NAME.match(line)
+            match = _GROUP_NAME.fullmatch(line)
             if not match:
                 raise IniError(number, f"expected a group name in [{group}:children], got: {line}")
             child = match.group(1)

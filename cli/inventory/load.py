@@ -41,7 +41,6 @@ decides what wins), and the test that holds them to `ansible-inventory --list`
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,7 +51,7 @@ from pydantic import ValidationError
 
 from cli.errors import InputError, InputProblem, KeyPath, near_miss
 from cli.inventory.ini import IniChild, IniError, IniGroup, IniGroupVar, IniOp, parse_ini
-from cli.inventory.patterns import MAX_HOST_ENTRIES, expand_host_pattern
+from cli.inventory.patterns import MAX_HOST_ENTRIES, expand_host_pattern, host_name_problem
 from cli.inventory.schema import (
     DEFAULT_SSH_PORT,
     OUR_KEYS,
@@ -61,6 +60,8 @@ from cli.inventory.schema import (
     Inventory,
     validate_host_vars,
 )
+from cli.names import control_character, file_in, file_name_problem, shown_name
+from cli.regularfile import read_regular_file
 from cli.schemaerrors import problems_from_validation
 from cli.yamlsource import MAX_SOURCE_BYTES, YamlDocument, decode_source, parse_yaml, yaml_kind
 
@@ -78,6 +79,19 @@ ADDRESS_KEYS = ("ansible_host", "ansible_ssh_host")
 PORT_KEYS = ("ansible_port", "ansible_ssh_port")
 USER_KEYS = ("ansible_user", "ansible_ssh_user")
 KEY_FILE_KEYS = ("ansible_private_key_file", "ansible_ssh_private_key_file")
+# Ansible's connection plugins that reach a host over SSH as ctl does (ssh, paramiko_ssh,
+# their aliases and full names, and the old `smart`, which picks ssh).
+CONNECTION_PLUGIN_KEY = "ansible_connection"
+SSH_CONNECTIONS = frozenset(
+    {
+        "ssh",
+        "smart",
+        "paramiko",
+        "paramiko_ssh",
+        "ansible.builtin.ssh",
+        "ansible.builtin.paramiko_ssh",
+    }
+)
 CONNECTION_KEYS = ADDRESS_KEYS + PORT_KEYS + USER_KEYS + KEY_FILE_KEYS
 EXPOSED_KEYS = OUR_KEYS + CONNECTION_KEYS
 
@@ -286,12 +300,12 @@ def resolve(
     `group_vars` and `host_vars` map a group or host name to its files, in merge order.
     """
     problems: list[InputProblem] = []
-    skipped: list[str] = []
+    warnings: list[str] = []
     group_files = {
-        name: _read_vars_files(group_vars.get(name, ()), problems, skipped) for name in tree.groups
+        name: _read_vars_files(group_vars.get(name, ()), problems, warnings) for name in tree.groups
     }
     host_files = {
-        name: _read_vars_files(host_vars.get(name, ()), problems, skipped) for name in tree.hosts
+        name: _read_vars_files(host_vars.get(name, ()), problems, warnings) for name in tree.hosts
     }
 
     checked: set[tuple[tuple[str, int | None], KeyPath]] = set()
@@ -328,9 +342,27 @@ def resolve(
         merged |= host.vars
         merged |= host_files[host.name]
         hosts.append(_host(host.name, ("all", *ordered), merged))
+        unfollowed = _unfollowed_connection(host.name, merged.get(CONNECTION_PLUGIN_KEY))
+        if unfollowed is not None:
+            warnings.append(unfollowed)
 
     groups = {group: tuple(names) for group, names in members.items()}
-    return Inventory(source=source, hosts=tuple(hosts), groups=groups, skipped=tuple(skipped))
+    return Inventory(source=source, hosts=tuple(hosts), groups=groups, warnings=tuple(warnings))
+
+
+def _unfollowed_connection(host: str, var: _Var | None) -> str | None:
+    """A warning when the host's ansible_connection is one ctl does not follow: it gathers
+    facts over its own SSH session whatever the inventory says (a later release will gather
+    from a `local` host as Ansible does)."""
+    if var is None or var.value is None or var.value in SSH_CONNECTIONS:
+        return None
+    file, line = var.origin
+    where = file if line is None else f"{file}:{line}"
+    value = shown_name(str(var.value))
+    return (
+        f"{host}: ansible_connection {value} ({where}) is not followed:"
+        f" ctl reaches {host} over SSH all the same"
+    )
 
 
 def _host(name: str, groups: tuple[str, ...], merged: Mapping[str, _Var]) -> Host:
@@ -370,17 +402,17 @@ def is_vaulted(source: SourceText) -> bool:
 
 
 def _read_vars_files(
-    files: Sequence[SourceText], problems: list[InputProblem], skipped: list[str]
+    files: Sequence[SourceText], problems: list[InputProblem], warnings: list[str]
 ) -> dict[str, _Var]:
     """group_vars or host_vars files for one name, merged in order (later replaces earlier).
 
     A Vault-encrypted file still encrypted (load_inventory was given no password) is left
-    out and said in `skipped`: Ansible, given the password, would read it, and ctl's own
+    out and said in `warnings`: Ansible, given the password, would read it, and ctl's own
     keys never need one."""
     merged: dict[str, _Var] = {}
     for source in files:
         if is_vaulted(source):
-            skipped.append(
+            warnings.append(
                 f"{source.file}: encrypted with ansible-vault; ctl reads no variable from it"
                 " (give ctl the password with --vault-password-file, or write labels,"
                 " fabrics, cordoned and the rest of ctl's keys in a plain file)"
@@ -435,6 +467,13 @@ def _check(key: str, var: _Var) -> list[InputProblem]:
             return [var.doc.problem(var.path, f"port {value} is not between 1 and 65535")]
         return [var.doc.problem(var.path, f"must be a port number, not {yaml_kind(var.value)}")]
     if key in CONNECTION_KEYS:
+        if isinstance(var.value, str) and (control := control_character(var.value)):
+            # The address reaches the shards' unit and environment files (VLLM_HOST_IP,
+            # --host), and every one of these ssh's command line.
+            return [var.doc.problem(var.path, f"has a control character ({control})")]
+        if key in ADDRESS_KEYS and isinstance(var.value, str) and var.value.startswith("-"):
+            # ssh, which Ansible runs with the address as an argument, would read an option.
+            return [var.doc.problem(var.path, "an address does not start with '-'")]
         if var.value is None or (isinstance(var.value, str) and var.value.strip()):
             return []
         if isinstance(var.value, str):
@@ -528,6 +567,9 @@ class _Builder:
         for op in ops:
             doc = YamlDocument(file, None, {(): op.line})  # every path of it is on that line
             if isinstance(op, IniGroup):
+                if (problem := group_name_problem(op.name)) is not None:
+                    self.problems.append(doc.problem((op.name,), problem))
+                    return
                 self.tree.groups.setdefault(op.name, _Group(op.name))
             elif isinstance(op, IniGroupVar):
                 self.group_var(op.group, _Var(op.value, doc, (op.group, "vars", op.key)))
@@ -541,6 +583,9 @@ class _Builder:
     def group(self, doc: YamlDocument, path: KeyPath, name: Any, data: Any) -> str | None:
         if not isinstance(name, str) or not name:
             self.problems.append(doc.problem(path, "a group name must be text"))
+            return None
+        if (problem := group_name_problem(name)) is not None:
+            self.problems.append(doc.problem(path, problem))
             return None
         if data is not None and not isinstance(data, dict):
             self.problems.append(
@@ -652,6 +697,11 @@ class _Builder:
                 )
             return
         for name in names:
+            problem = host_name_problem(name)
+            if problem is not None:  # said once per pattern: a range repeats it
+                self.problems.append(doc.problem(path, problem))
+                return
+        for name in names:
             host = self.tree.hosts.get(name)
             if host is None:
                 host = self.tree.hosts[name] = _Host(name)
@@ -692,6 +742,12 @@ class _Builder:
             elif mine <= {"all"}:
                 host.groups.append("ungrouped")
                 groups["ungrouped"].hosts.append(host.name)
+
+
+def group_name_problem(name: str) -> str | None:
+    """Why `name` cannot be a group's: it names the group's file in group_vars/."""
+    problem = file_name_problem(name)
+    return None if problem is None else f"group name {shown_name(name)} {problem}"
 
 
 def _key(key: Any) -> str | int:
@@ -768,10 +824,10 @@ def _source_files(path: Path) -> list[Path]:
 
 def vars_texts(base: Path, name: str, problems: list[InputProblem]) -> list[SourceText]:
     """Ansible's find_vars_files: NAME (a file or a directory), else NAME.yml/.yaml/.json."""
-    if not base.is_dir() or name.startswith(os.sep):
-        return []
-    for candidate in (name, *(name + ext for ext in YAML_EXTENSIONS)):
-        path = base / candidate
+    if not base.is_dir() or file_name_problem(name) is not None:
+        return []  # a host's name is checked where it is written; a group's may be anything
+    for suffix in ("", *YAML_EXTENSIONS):
+        path = file_in(base, name, suffix)
         if path.is_dir():
             return [_read(file, problems) for file in _vars_dir_files(path)]
         if path.exists():
@@ -794,9 +850,10 @@ def _vars_dir_files(directory: Path) -> list[Path]:
 
 
 def _read(path: Path, problems: list[InputProblem]) -> SourceText:
-    try:
-        with path.open("rb") as file:  # no more than the parser would take
-            return SourceText(str(path), decode_source(file.read(MAX_SOURCE_BYTES + 1), str(path)))
+    try:  # no more than the parser would take
+        return SourceText(
+            str(path), decode_source(read_regular_file(path, MAX_SOURCE_BYTES), str(path))
+        )
     except InputError as error:
         problems.extend(error.problems)
     except OSError as error:

@@ -19,6 +19,8 @@ import re
 import string
 from collections.abc import Sequence
 
+from cli.names import MAX_FILE_NAME_BYTES, TEMPORARY_NAME_EXTRA, shown_name
+
 MAX_RANGE_HOSTS = 100_000  # far above any fleet ctl drives (a few thousand nodes)
 # Host names an inventory may give in all, a range counting each of its hosts: a 10,000-host
 # inventory naming each host in twenty groups is 200,000. This bounds what hostile input can
@@ -33,6 +35,10 @@ _LABEL = rf"(?:\w|{_ALNUM_RANGE})(?:[\w-]|{_ALNUM_RANGE})*(?<![_-])"
 _HOSTNAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*", re.I)
 _IPV4_PART = rf"(?:[01]?[0-9]{{1,2}}|2[0-4][0-9]|25[0-5]|{_NUM_RANGE})"
 _IPV4 = re.compile(rf"(?:{_IPV4_PART}\.){{3}}{_IPV4_PART}")
+# The longest file name ctl makes from a host's name is its facts file, NAME.json, while
+# written (cli.names.py): 230 characters, where DNS allows 253.
+MAX_HOST_NAME = MAX_FILE_NAME_BYTES - TEMPORARY_NAME_EXTRA - len(".json")
+_HOST_NAME_CHARS = re.compile(r"[A-Za-z0-9_.:-]+")
 _BRACKETED_PORT = re.compile(r"\[(.+)\]:([0-9]+)")
 _HOST_PORT = re.compile(r"((?:[^:\[\]]|\[[^\]]*\])*):([0-9]+)")
 
@@ -51,6 +57,28 @@ def expand_host_pattern(pattern: str) -> tuple[list[str], int | None]:
     if not (_IPV4.fullmatch(address) or _is_ipv6(address) or _HOSTNAME.fullmatch(address)):
         address, port = pattern, None
     return _expand_ranges(address), port
+
+
+def host_name_problem(name: str) -> str | None:
+    """Why `name` cannot be a host's name in ctl's inventory; None when it can.
+
+    A host's name becomes file names (its facts, its host_vars) and reaches ssh's command
+    line, so it is held to what host names and addresses are made of: ASCII letters,
+    digits, '-', '.', ':' (an IPv6 address) and '_' (which Ansible takes and DNS does not),
+    not starting with '-' or '.', no '..', at most MAX_HOST_NAME characters."""
+    shown = shown_name(name)
+    if not name:
+        return "a host name must not be empty"
+    if len(name) > MAX_HOST_NAME:
+        return f"host name {shown} is {len(name)} characters long, more than {MAX_HOST_NAME}"
+    if not _HOST_NAME_CHARS.fullmatch(name):
+        return (
+            f"host name {shown} is not a host name or address: letters, digits,"
+            " '-', '_', '.' and ':' only"
+        )
+    if name.startswith(("-", ".")) or ".." in name:
+        return f"host name {shown} starts with '-' or '.', or has '..': not a host name"
+    return None
 
 
 def _is_ipv6(address: str) -> bool:

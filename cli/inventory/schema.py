@@ -198,8 +198,9 @@ class Inventory(Strict):
     hosts: tuple[Host, ...] = ()
     # group → every host in it or in its child groups, in host order; empty groups included
     groups: dict[str, tuple[str, ...]] = Field(default_factory=dict)
-    # Variables files left unread, each with why (a Vault-encrypted file): warnings to say.
-    skipped: tuple[str, ...] = ()
+    # What to warn of: variables files left unread (Vault-encrypted), each with why, and
+    # connection settings ctl does not follow (ansible_connection: local).
+    warnings: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _names_unique(self) -> Inventory:

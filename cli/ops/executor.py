@@ -13,7 +13,7 @@ from cli.pki.paths import CA_PATH
 from cli.reconcile.apply import ShardFailure
 from cli.reconcile.planner import Stop
 from cli.shards.staging import StageJob, one_per_share
-from cli.shards.units import ENV_DIR, RECORD_DIR, UNIT_DIR, ShardFiles, shard_name, unit_name
+from cli.shards.units import ShardFiles, shard_paths, unit_name
 
 
 class AnsibleExecutor:
@@ -74,18 +74,14 @@ class AnsibleExecutor:
         units = set()
         for stop in stops:
             for shard in stop.shards:
-                name = shard_name(stop.replica, shard.record.rank)
                 unit = unit_name(stop.replica, shard.record.rank)
+                paths = shard_paths(stop.replica, shard.record.rank)
                 units.add((shard.node, unit))
                 by_host.setdefault(shard.node, []).append(
                     {
                         "unit": unit,
-                        "unit_path": f"{UNIT_DIR}/{unit}",
-                        "paths": [
-                            f"{UNIT_DIR}/{unit}",
-                            f"{ENV_DIR}/{name}.env",
-                            f"{RECORD_DIR}/{name}.json",
-                        ],
+                        "unit_path": paths[0],
+                        "paths": list(paths),
                         "drain": stop.drain,
                     }
                 )

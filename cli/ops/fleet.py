@@ -76,7 +76,7 @@ def _from_snapshot(inventory: Inventory, facts_dir: Path, options: AppContext) -
     unreached = {name: f.error for name, f in facts.items() if f.error is not None}
     said = tuple(f"{n}: {e}" for n, e in unreached.items())
     return Fleet(
-        inventory, facts, snapshot, {}, (*inventory.skipped, *said, *_ca_warnings(snapshot))
+        inventory, facts, snapshot, {}, (*inventory.warnings, *said, *_ca_warnings(snapshot))
     )
 
 
@@ -140,7 +140,7 @@ def gather_fleet(
     snapshot = _snapshot(inventory, facts, moment, options)
     return Fleet(
         inventory, facts, snapshot, unreached,
-        (*inventory.skipped, *warnings, *_ca_warnings(snapshot)),
+        (*inventory.warnings, *warnings, *_ca_warnings(snapshot)),
     )  # fmt: skip
 
 

@@ -145,7 +145,7 @@ def _run_pass(options: AppContext, request: PassRequest, hooks: PassHooks) -> Pa
         ca = open_ca(directory, datetime.now(UTC), hooks.warn)
     the_plan = plan_pass(
         options, request.catalog, fleet, request.inventory_path, request.evict, request.force,
-        request.cordon, request.defragment, ca, directory,
+        request.cordon, request.defragment, ca, directory, warn=hooks.warn,
     )  # fmt: skip
     if not request.renew:
         the_plan = replace(the_plan, renewals=(), certificates_due=())
@@ -224,14 +224,19 @@ def plan_pass(
     defragment: bool = False,
     ca: CertificateAuthority | None = None,
     ca_dir: Path | None = None,
+    *,
+    warn: Callable[[str], None],
 ) -> Plan:
     """The plan that brings `fleet` to `catalog`; `evict`: nodes being drained, planned as
     cordoned with reason `cordon` (the dry run's plan is the pass's, whose cordon is
     written); `force`: drain even a replica no replacement is found for; `defragment`:
     moves that make room for a replica that fits nowhere. The certificates due are
-    renewed with `ca`, the CA found in `ca_dir`, and only said without one."""
+    renewed with `ca`, the CA found in `ca_dir`, and only said without one. `warn` is told
+    of a backoff ledger that could not be read (the pass writes it afresh)."""
     addresses, listen = fleet.serving
-    ledger = load_ledger(ledger_file(options, inventory_path))
+    ledger, unreadable = load_ledger(ledger_file(options, inventory_path))
+    if unreadable is not None:
+        warn(unreadable)
     # No rng: each failure's jitter comes from the failure itself, so the same inputs give
     # the same plan in a dry run and in the pass (and in `ctl place --all --dry-run`).
     snapshot = cordoned(fleet.snapshot, dict.fromkeys(evict, cordon))

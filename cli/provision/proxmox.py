@@ -57,7 +57,7 @@ class Token:
 
 def _token(token_id: str, secret: str, where: str) -> Token:
     token_id, secret = token_id.strip(), secret.strip()
-    if not _TOKEN_ID.match(token_id):
+    if not _TOKEN_ID.fullmatch(token_id):
         raise TokenError(f"{where}: the token id must look like user@realm!name")
     if not secret or any(ch.isspace() for ch in secret):
         raise TokenError(f"{where}: the token secret is empty or holds blanks")

@@ -9,26 +9,53 @@ from pathlib import Path
 
 from cli.edges.files import atomic_write, state_dir, state_key
 from cli.reconcile.backoff import Backoff
+from cli.regularfile import read_regular_file
 
 
 def ledger_path(inventory: Path, root: Path | None = None) -> Path:
     return (root or state_dir()) / "backoff" / f"{state_key(inventory)}.json"
 
 
-def load_ledger(path: Path) -> dict[str, Backoff]:
-    """The ledger, or an empty one when it is missing or unreadable (only clocks are lost)."""
+# Far above a real ledger: a few hundred bytes per model the catalog has.
+MAX_LEDGER_BYTES = 16 * 1024 * 1024
+
+
+class _NotALedgerError(ValueError):
+    pass
+
+
+def load_ledger(path: Path) -> tuple[dict[str, Backoff], str | None]:
+    """The ledger, and a warning when it could not be read: then it is empty, and the
+    pass writes it afresh (only clocks are lost). Missing is no warning: never written."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return {
-            model: Backoff(
-                failures=int(entry["failures"]),
-                until=datetime.fromisoformat(entry["until"]) if entry.get("until") else None,
-                counted=tuple(entry.get("counted", ())),
-            )
-            for model, entry in data.items()
-        }
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return {}
+        data = json.loads(read_regular_file(path, MAX_LEDGER_BYTES, follow_symlinks=False))
+        if not isinstance(data, dict):
+            raise _NotALedgerError("not a JSON object")
+        return {str(model): _entry(entry) for model, entry in data.items()}, None
+    except FileNotFoundError:
+        return {}, None
+    except OSError as error:
+        why = error.strerror or type(error).__name__
+    except (ValueError, KeyError, TypeError) as error:
+        why = str(error) if isinstance(error, _NotALedgerError) else "not a backoff ledger"
+    return {}, f"ignoring unreadable backoff ledger {path} ({why}): it is written afresh"
+
+
+def _entry(entry: object) -> Backoff:
+    if not isinstance(entry, dict):
+        raise _NotALedgerError("an entry is not a JSON object")
+    failures, until, counted = entry["failures"], entry.get("until"), entry.get("counted", [])
+    if not isinstance(failures, int) or isinstance(failures, bool) or failures < 0:
+        raise _NotALedgerError("failures is not a count")
+    when = None
+    if until is not None:
+        when = datetime.fromisoformat(until) if isinstance(until, str) else None
+        if when is None or when.utcoffset() is None:
+            # A naive time cannot be compared with the clock's: it crashed the planner.
+            raise _NotALedgerError("until is not a time with its UTC offset")
+    if not isinstance(counted, list) or not all(isinstance(key, str) for key in counted):
+        raise _NotALedgerError("counted is not a list of texts")
+    return Backoff(failures=failures, until=when, counted=tuple(counted))
 
 
 def save_ledger(path: Path, ledger: Mapping[str, Backoff]) -> None:

@@ -18,15 +18,16 @@ staged, by engine (its spec's `stages`):
 from __future__ import annotations
 
 import posixpath
-import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Final
 
 from cli.cluster import name_order
 from cli.cluster.snapshot import NodeView
 from cli.engines.specs import engine_spec
 from cli.facts.model import DEFAULT_MODEL_STORE, StoredWeights, store_directory
+from cli.names import file_in, staged_file_name
 
 # A download slower than this is a failed staging, not a slow one: the timeout is this
 # rate's time for the weights' size, plus room for listing and a first connection.
@@ -69,12 +70,7 @@ def staged_path(source: str, engine: str, store: str | None, staging: bool = Tru
     directory = posixpath.join(store or DEFAULT_MODEL_STORE, store_directory(source))
     if source.startswith("hf://"):
         return directory
-    return posixpath.join(directory, staged_file_name(source))
-
-
-def staged_file_name(source: str) -> str:
-    """The name an `http(s)://` source's one file gets in its directory (the module's)."""
-    return posixpath.basename(urllib.parse.urlsplit(source).path) or "model"
+    return str(file_in(PurePosixPath(directory), staged_file_name(source)))
 
 
 def one_per_share(

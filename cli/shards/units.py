@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from datetime import datetime
+from pathlib import PurePosixPath
 
 from cli.catalog.load import CatalogProfile
 from cli.engines.specs import engine_spec
+from cli.names import file_in
 from cli.shards.engines import Rank, command_line, environment
 
 UNIT_DIR = "/etc/systemd/system"
@@ -36,6 +38,17 @@ def shard_name(replica: str, rank: int) -> str:
 
 def unit_name(replica: str, rank: int) -> str:
     return f"modelfleet-{shard_name(replica, rank)}.service"
+
+
+def shard_paths(replica: str, rank: int) -> tuple[str, str, str]:
+    """Where a shard's unit, environment file and record are on its node; UnsafeNameError
+    (cli/names.py) for a replica name that would put one elsewhere."""
+    name = shard_name(replica, rank)
+    return (
+        str(file_in(PurePosixPath(UNIT_DIR), unit_name(replica, rank))),
+        str(file_in(PurePosixPath(ENV_DIR), name, ".env")),
+        str(file_in(PurePosixPath(RECORD_DIR), name, ".json")),
+    )
 
 
 def systemd_quote(argument: str) -> str:
@@ -104,12 +117,11 @@ def shard_files(
         # The rank's own address for the engine (VLLM_HOST_IP): where it serves.
         specific = place.listen not in ("0.0.0.0", "::")
         place = replace(place, host_ip=place.listen if specific else address)
-    name = shard_name(replica, place.rank)
     unit = unit_name(replica, place.rank)
+    unit_path, env_path, record_path = shard_paths(replica, place.rank)
     tls = certificate is not None and place.rank == 0
     argv = command_line(profile, place, command, staged, tls)
     spec = profile.spec
-    env_path = f"{ENV_DIR}/{name}.env"
     unit_text = "\n".join(
         [
             "# Written by modelfleet's ctl; the next reconcile replaces or removes it.",
@@ -159,11 +171,11 @@ def shard_files(
         rank=place.rank,
         port=place.port,
         unit=unit,
-        unit_path=f"{UNIT_DIR}/{unit}",
+        unit_path=unit_path,
         unit_text=unit_text,
         env_path=env_path,
         env_text=environment_file(environment(profile, place, staged)),
-        record_path=f"{RECORD_DIR}/{name}.json",
+        record_path=record_path,
         record_text=json.dumps(record, sort_keys=True) + "\n",
         health_url=base_url(address, place.port, tls) if place.rank == 0 else None,
         tls=tls,

@@ -80,6 +80,11 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
+def warn(message: str) -> None:
+    """`warning: MESSAGE` on stderr, the message as text."""
+    err.print(f"warning: {rich_escape(message)}")
+
+
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     err.print(_error(message))
     raise SystemExit(code)

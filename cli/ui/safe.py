@@ -14,15 +14,9 @@ printed as text (a `rich.text.Text`, or `markup=False`), never read as Rich mark
 
 from __future__ import annotations
 
-import unicodedata
+from cli.names import is_control
 
 NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
-
-# The Unicode categories never shown as themselves: control characters (C0, DEL, C1: ESC,
-# CSI, BEL...), format characters (the bidirectional overrides and isolates that reorder what
-# is shown, "Trojan Source"; zero-width characters, tag characters), lone surrogates, and
-# the line and paragraph separators that break a line where none was.
-UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 
 
 def _escape(char: str) -> str:
@@ -35,8 +29,9 @@ def _escape(char: str) -> str:
 
 
 def unsafe(char: str) -> bool:
-    """True for a character of the categories in UNSAFE_CATEGORIES."""
-    return unicodedata.category(char) in UNSAFE_CATEGORIES
+    """True for a character of the categories cli/names.py never takes as text (the one set
+    of control characters, which inputs refuse and the terminal escapes)."""
+    return is_control(char)
 
 
 def shown(text: str, keep_newlines: bool = False) -> str:

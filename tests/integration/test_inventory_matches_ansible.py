@@ -194,7 +194,7 @@ def test_a_vault_encrypted_variables_file_without_a_password_is_skipped_said_and
     assert listed["_meta"]["hostvars"]["h1"]["api_token"] == "s3cret-value"  # Ansible's view
     compare(ours, listed)
     assert ours.host("h1").vars.labels == {"role": "inference"}
-    assert ours.skipped == (
+    assert ours.warnings == (
         f"{secrets}: encrypted with ansible-vault; ctl reads no variable from it (give ctl the"
         " password with --vault-password-file, or write labels, fabrics, cordoned and the rest"
         " of ctl's keys in a plain file)",
@@ -251,7 +251,7 @@ def test_given_the_password_ctl_reads_vaulted_files_as_ansible_inventory_does(
     assert ours.host("h1").vars.labels == {"role": "vaulted"}
     assert ours.host("h1").vars.cordoned == "from the vault"
     assert ours.host("h1").address == "10.9.0.1"  # from the vaulted hosts file
-    assert ours.skipped == ()
+    assert ours.warnings == ()
     assert "s3cret" not in ours.model_dump_json()  # the secret is not one of ctl's keys
 
 

@@ -113,7 +113,7 @@ def the_pass(facts: Path, state: Path, monkeypatch: pytest.MonkeyPatch) -> tuple
     inventory = EXAMPLES / "inventory"
     catalog = load_catalog(EXAMPLES / "catalog.yaml")
     fleet = load_fleet(options, inventory, facts)
-    the_plan = ops.plan_pass(options, catalog, fleet, inventory)
+    the_plan = ops.plan_pass(options, catalog, fleet, inventory, warn=pytest.fail)
     applied = ops.apply_plan(options, fleet, the_plan, inventory, catalog, lambda run: None, print)
     assert not applied.complete  # deepseek-v3 unplaced, llama-3.1-8b waiting
     return fake, ops.ledger_file(options, inventory)
@@ -158,7 +158,7 @@ def test_a_backoff_ends_at_the_same_instant_in_both_previews_and_the_pass(
     assert shown is not None, planned
     assert shown.group(1) == until.strftime("%H:%M:%S")
     _, ledger = the_pass(snapshot, tmp_path / "state", monkeypatch)
-    saved = load_ledger(ledger)["llama-3.1-8b"]
+    saved = load_ledger(ledger)[0]["llama-3.1-8b"]
     assert (saved.failures, saved.until) == (1, until)
     # The snapshot's moment is the newest gather in it (2026-11-30 09:00 UTC); a first
     # failure waits 15 to 30 s.
@@ -196,7 +196,7 @@ def test_the_pass_is_not_done_while_a_model_waits_out_its_backoff(
     options = AppContext(state_dir=tmp_path / "state")
     loaded = load_catalog(catalog)
     fleet = load_fleet(options, inventory, facts)
-    the_plan = ops.plan_pass(options, loaded, fleet, inventory)
+    the_plan = ops.plan_pass(options, loaded, fleet, inventory, warn=pytest.fail)
     assert [s.replica for s in the_plan.stops] == ["llama-3.1-8b-1"]
     assert [w.model for w in the_plan.waits] == ["llama-3.1-8b"]
     assert not (the_plan.starts or the_plan.unplaced or fleet.partial)
@@ -242,7 +242,7 @@ def test_reconcile_json_is_the_same_plan_and_says_only_what_was_verified(
     inventory = EXAMPLES / "inventory"
     catalog = load_catalog(EXAMPLES / "catalog.yaml")
     fleet = load_fleet(options, inventory, snapshot)
-    the_plan = ops.plan_pass(options, catalog, fleet, inventory)
+    the_plan = ops.plan_pass(options, catalog, fleet, inventory, warn=pytest.fail)
     applied = ops.apply_plan(options, fleet, the_plan, inventory, catalog, lambda run: None, print)
     done = reconcile_json(the_plan, dry_run=False, complete=False, outcome=applied.outcome)
     outcome = done["outcome"]

@@ -24,7 +24,9 @@ GPU_NAME = "NVIDIA H100\x1b]52;c;aGk=\x07"
 PROCESS_NAME = "/usr/bin/python3\x1b[2J[red]x\\[bold]y"
 LABEL = "[link=http://x]z[/link]"
 CORDON = "fan \\[red]r[/red] [link=http://x]z[/link]"
-SELECTOR = "\\[red]q\x1b]8;;http://x\x07"  # a catalog value no node matches
+# A catalog value no node matches: markup only, since a catalog with a control character is
+# refused at load (tests/unit/test_hostile_names.py).
+SELECTOR = "\\[red]q[link=http://x]z"
 
 
 def ctl_bytes(*args: str, columns: int = 100) -> subprocess.CompletedProcess[bytes]:
@@ -114,7 +116,7 @@ def test_place_dry_run_shows_a_catalog_value_as_written(hostile: Path, columns: 
     )
     out = assert_inert(result.stdout)
     assert_inert(result.stderr)
-    assert "lack site=\\[red]q\\x1b]8;;http://x\\x07," in " ".join(out.split())
+    assert "lack site=\\[red]q[link=http://x]z," in " ".join(out.split())
     assert result.returncode == 1
 
 
@@ -131,7 +133,7 @@ def test_reconcile_dry_run_plan_lines_stay_inert(hostile: Path) -> None:
     result = ctl_bytes("reconcile", "--dry-run", *catalog, *fleet(hostile))
     out = assert_inert(result.stdout)
     assert_inert(result.stderr)
-    assert "lack site=\\[red]q\\x1b]8;;http://x\\x07," in " ".join(out.split())
+    assert "lack site=\\[red]q[link=http://x]z," in " ".join(out.split())
 
 
 def test_an_inventory_key_with_esc_in_an_error(tmp_path: Path) -> None:
@@ -154,20 +156,22 @@ def test_a_catalog_name_with_esc_in_an_error(tmp_path: Path, columns: int) -> No
     )
     result = ctl_bytes("catalog", "check", "--catalog", str(catalog), columns=columns)
     err = assert_inert(result.stderr)
+    # Refused for the control character, said by its code: the name is not printed at all.
     assert err == (
-        f"error: {catalog}:2: models.m\\x1b]52;c;aGk=\\x07[red]x\\[bold]y\\x9b:"
-        " missing required key 'profiles'\n"
+        f"error: {catalog}:1: models: a key here has a control character (U+001B): no text in"
+        " a catalog may hold one (it reaches the nodes' unit files)\n"
     )
     assert result.returncode == 2
 
 
-def test_a_catalog_value_with_esc_in_the_catalog_table(tmp_path: Path) -> None:
+def test_a_catalog_value_with_esc_is_refused_without_printing_it(tmp_path: Path) -> None:
     text = (EXAMPLES / "catalog.yaml").read_text()
     catalog = tmp_path / "catalog.yaml"
     catalog.write_text(text.replace("gpu_class: L40S", 'gpu_class: "L4\\e[2J[red]"', 1))
     result = ctl_bytes("catalog", "check", "--catalog", str(catalog), columns=160)
     out = assert_inert(result.stdout + result.stderr)
-    assert "l40s(1×L4\\x1b[2J[red]×1)" in out
+    assert ".gpu_class: has a control character (U+001B): no text in a catalog" in out
+    assert result.returncode == 2
 
 
 def test_console_fail_reads_no_markup_in_what_it_quotes(hostile: Path) -> None:

@@ -89,7 +89,11 @@ def profile_dicts(draw: st.DrawFn, name: str, priority: int) -> dict[str, Any]:
         "drain_seconds": st.integers(0, 600),
         "node_selector": st.just({"role": "coding"}) | st.just({"zone": "a", "gpus": "8"}),
         "args": st.lists(st.sampled_from(ARGS[engine])),
-        "env": st.dictionaries(st.from_regex(r"\A[A-Z_][A-Z0-9_]{0,8}\Z"), st.text(max_size=8)),
+        "env": st.dictionaries(
+            st.from_regex(r"\A[A-Z_][A-Z0-9_]{0,8}\Z"),
+            # No control character: a catalog holding one is refused (cli/names.py).
+            st.text(st.characters(exclude_categories=("Cc", "Cs", "Cf", "Zl", "Zp")), max_size=8),
+        ),
     }
     for key, values in optional.items():
         if draw(st.integers(0, 3)) == 0:

@@ -6,6 +6,7 @@ Mutation testing found load_catalog reached by no unit or property test.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -53,4 +54,12 @@ def test_a_missing_file_is_an_input_error_with_the_reason(tmp_path: Path) -> Non
 def test_a_directory_is_not_a_catalog(tmp_path: Path) -> None:
     with pytest.raises(InputError) as caught:
         load_catalog(tmp_path)
-    assert str(caught.value) == f"{tmp_path}: cannot read: Is a directory"
+    assert str(caught.value) == f"{tmp_path}: cannot read: not a regular file but a directory"
+
+
+def test_a_fifo_is_not_a_catalog_and_is_not_waited_on(tmp_path: Path) -> None:
+    fifo = tmp_path / "catalog.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError) as caught:
+        load_catalog(fifo)
+    assert str(caught.value) == f"{fifo}: cannot read: not a regular file but a FIFO"

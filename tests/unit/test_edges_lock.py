@@ -129,3 +129,17 @@ def test_each_inventory_has_its_own_lock_in_the_state_directory(tmp_path: Path) 
     assert one.parent == tmp_path / "state" / "locks"
     assert one != other
     assert one == fleet_lock_path(tmp_path / "a" / ".." / "a" / "hosts.yml", tmp_path / "state")
+
+
+def test_an_inventory_directory_and_a_file_in_it_are_one_fleet_with_one_lock(
+    tmp_path: Path,
+) -> None:
+    # A lock held for `inv` did not stop `ctl cordon -i inv/hosts.yml` (issue 25).
+    inventory = tmp_path / "inv"
+    (inventory / "more").mkdir(parents=True)
+    (inventory / "hosts.yml").write_text("all: {}\n")
+    state = tmp_path / "state"
+    (tmp_path / "link").symlink_to(inventory)
+    assert fleet_lock_path(inventory, state) == fleet_lock_path(inventory / "hosts.yml", state)
+    assert fleet_lock_path(inventory, state) == fleet_lock_path(tmp_path / "link", state)
+    assert fleet_lock_path(inventory, state) != fleet_lock_path(inventory / "more", state)

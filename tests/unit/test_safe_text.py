@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cli.ui.safe import UNSAFE_CATEGORIES, shown
+from cli.names import UNSAFE_CATEGORIES
+from cli.ui.safe import shown
 
 
 @pytest.mark.parametrize("code", range(0xA0))

@@ -54,7 +54,7 @@ def parse_infiniband(files: Mapping[str, str]) -> tuple[HcaPort, ...]:
     ports: dict[tuple[str, int], dict[str, tuple[str, str]]] = {}
     for key, content in files.items():
         relative = key.removeprefix(_SYSFS_PREFIX)
-        match = _PORT_FILE.match(relative)
+        match = _PORT_FILE.fullmatch(relative)
         if match is None or match.group("file") not in _PORT_FILES:
             continue
         where = _SYSFS_PREFIX + relative
@@ -81,14 +81,14 @@ def parse_infiniband(files: Mapping[str, str]) -> tuple[HcaPort, ...]:
                 f"{_SYSFS_PREFIX}{hca}/ports/{port}", 0, "has rate or link_layer but no state"
             )
         where, state_text = port_files["state"]
-        state = _STATE.match(state_text)
+        state = _STATE.fullmatch(state_text)
         if state is None:
             raise FactsParseError(where, 1, f"expected 'N: STATE', got {_quote(state_text)}")
 
         rate_gbps: float | None = None
         if "rate" in port_files and port_files["rate"][1]:
             where, rate_text = port_files["rate"]
-            rate = _RATE.match(rate_text)
+            rate = _RATE.fullmatch(rate_text)
             if rate is None:
                 raise FactsParseError(
                     where, 1, f"expected 'N Gb/sec (...)', got {_quote(rate_text)}"

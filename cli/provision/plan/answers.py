@@ -41,7 +41,7 @@ class Upid:
 
 def parse_upid(text: str) -> Upid | None:
     """`UPID:node:PID:PSTART:STARTTIME:type:id:user:` (pve-common PVE/UPID.pm `decode`)."""
-    match = _UPID.match(text)
+    match = _UPID.fullmatch(text)
     if match is None:
         return None
     return Upid(
@@ -57,7 +57,7 @@ def parse_upid(text: str) -> Upid | None:
 
 def exit_ok(exitstatus: str) -> bool:
     """`OK` and `WARNINGS: N` are success; anything else is the error (PVE/UPID.pm)."""
-    return exitstatus == "OK" or bool(_WARNINGS.match(exitstatus))
+    return exitstatus == "OK" or bool(_WARNINGS.fullmatch(exitstatus))
 
 
 def run_marker(run_id: str) -> str:
@@ -167,7 +167,7 @@ def parse_nextid(value: object) -> int:
 
 def parse_size(text: str) -> int | None:
     """Proxmox's sizes: bytes, or a number with K/M/G/T (PVE/JSONSchema.pm `parse_size`)."""
-    match = _PROXMOX_SIZE.match(text.strip())
+    match = _PROXMOX_SIZE.fullmatch(text.strip())
     if match is None:
         return None
     return int(float(match.group(1)) * _UNITS.get(match.group(2) or "", 1))
@@ -203,11 +203,11 @@ def boot_disk(config: Mapping[str, Any]) -> str | None:
     if config.get("bootdisk"):
         candidates.append(str(config["bootdisk"]))
     candidates += sorted(
-        (key for key in config if _DISK_KEY.match(key)),
+        (key for key in config if _DISK_KEY.fullmatch(key)),
         key=lambda key: (("scsi", "virtio", "sata", "ide").index(re.sub(r"\d", "", key)), key),
     )
     for key in candidates:
-        if _DISK_KEY.match(key) and key in config and _is_data_disk(str(config[key])):
+        if _DISK_KEY.fullmatch(key) and key in config and _is_data_disk(str(config[key])):
             return key
     return None
 

@@ -97,7 +97,7 @@ def _problem(where: str, message: str, line: int | None = None) -> InputProblem:
 
 def name_problem(name: str) -> str | None:
     """Why `name` cannot be a VM's name and the node's inventory name, or None."""
-    if not _DNS_NAME.match(name):
+    if not _DNS_NAME.fullmatch(name):
         return (
             f"'{name}' is not a DNS name (letters, digits and '-', not at either end; "
             "labels joined by '.'): Proxmox names VMs so, and cloud-init makes it the hostname"
@@ -109,7 +109,7 @@ def name_problem(name: str) -> str | None:
 
 def parse_disk(text: str) -> DiskSize:
     """`100G`, `1.5T`, `+20G`: a unit (K, M, G or T, powers of 1024) is required."""
-    match = _SIZE.match(text.strip())
+    match = _SIZE.fullmatch(text.strip())
     if match is None:
         raise ValueError(
             f"'{text}' is not a size like 100G, 1.5T or +20G (K, M, G or T; a unit is needed)"
@@ -161,9 +161,9 @@ def ipconfig0(ip: str, gateway: str | None) -> str:
 def parse_gpu(text: str) -> Gpu:
     """A resource mapping name (`h100-sxm`), or a raw PCI id (`0000:41:00.0`)."""
     value = text.strip()
-    if _PCI_ID.match(value.lower()):
+    if _PCI_ID.fullmatch(value.lower()):
         return Gpu(value, host=value.lower())
-    if _CONFIGID.match(value):
+    if _CONFIGID.fullmatch(value):
         return Gpu(value, mapping=value)
     raise ValueError(
         f"'{text}' is neither a PCI resource mapping name (a letter, then letters, digits, "
@@ -237,14 +237,14 @@ def build_options(
     problems: list[InputProblem] = []
     if (why := name_problem(name)) is not None:
         problems.append(_problem("NAME", why))
-    if not _NODE.match(node):
+    if not _NODE.fullmatch(node):
         problems.append(_problem("--node", f"'{node}' is not a Proxmox node name"))
     if template.isdigit():
         if not VMID_MIN <= int(template) <= VMID_MAX:
             problems.append(
                 _problem("--template", f"vmid {template} is outside {VMID_MIN}..{VMID_MAX}")
             )
-    elif not _DNS_NAME.match(template):
+    elif not _DNS_NAME.fullmatch(template):
         problems.append(_problem("--template", f"'{template}' is neither a vmid nor a VM name"))
     if cores < 1:
         problems.append(_problem("--cores", "needs at least 1"))
@@ -255,7 +255,7 @@ def build_options(
         disk_size = parse_disk(disk)
     except ValueError as error:
         problems.append(_problem("--disk", str(error)))
-    if storage is not None and not _STORAGE.match(storage):
+    if storage is not None and not _STORAGE.fullmatch(storage):
         problems.append(_problem("--storage", f"'{storage}' is not a Proxmox storage id"))
     config = ""
     try:
@@ -271,7 +271,7 @@ def build_options(
         problems.append(
             _problem("--ssh-key", "at least one public key file: ctl onboard-node logs in with it")
         )
-    if not _LINUX_USER.match(user):
+    if not _LINUX_USER.fullmatch(user):
         problems.append(_problem("--user", f"'{user}' is not a Linux user name"))
     parsed: list[Gpu] = []
     for text in gpus:
