@@ -285,6 +285,18 @@ def test_docs_catalog_md_shows_the_messages_ctl_prints(
     monkeypatch.setenv("HOME", str(home))
     secret_file(home / ".hf-token", SECRET, 0o644)
     said = []
+    foreign = textwrap.dedent("""\
+    models:
+      llama:
+        source: hf://o/n
+        replicas: {min: 1}
+        token: {var: ansible_become_password}
+        profiles:
+          - {name: cpu, priority: 1, engine: llama.cpp}
+    """)
+    with pytest.raises(InputError) as caught:
+        parse_catalog(foreign, "catalog.yaml")
+    said.append(str(caught.value).split(": ", 1)[1])
     for reference in ("{env: HF_TOKEN}", "{file: ~/.hf-token}"):
         path = tmp_path / "catalog.yaml"
         path.write_text(
