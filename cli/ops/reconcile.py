@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from cli.catalog.load import Catalog
+from cli.errors import InputError, InputProblem
+from cli.inventory.schema import Inventory
 from cli.ops.context import AppContext
 from cli.ops.fleet import (
     Fleet,
@@ -37,7 +39,7 @@ from cli.reconcile.planner import DRAINING, Plan, cordoned, plan
 from cli.routes.deploy import PlaybookRouter, RouterDeployer, router_hosts
 from cli.shards.ansible import PlaybookRun
 from cli.shards.executor import AnsibleExecutor
-from cli.shards.staging import evictable_directories
+from cli.shards.staging import evictable_directories, token_destination_problem
 
 OnRun = Callable[[PlaybookRun], None]
 
@@ -89,10 +91,38 @@ def plan_pass(
         catalog, snapshot, ledger, addresses, None, evict, listen=listen, force=force,
         networks=networks, stores=model_stores(fleet.inventory), defragment=defragment,
     )  # fmt: skip
+    _check_token_destinations(the_plan, fleet.inventory)
     here = None if ca is None else (ca.name, fingerprint(ca.cert))
     where = str(ca_dir if ca_dir is not None else default_ca_dir())
     renew, said = sort_out(due_certificates(fleet), here, where)
     return replace(the_plan, renewals=renew, certificates_due=said)
+
+
+def _check_token_destinations(the_plan: Plan, inventory: Inventory) -> None:
+    """InputError (exit 2, nothing done), at each token reference, for a start whose staging
+    would send its model's token to a host neither the hub endpoint nor allowed by the
+    inventory (cli/shards/staging.py `token_destination_problem`)."""
+    problems: list[InputProblem] = []
+    for start in the_plan.starts:
+        token = start.profile.token
+        if token is None:
+            continue
+        for job in start.stage:
+            if job.token_key is None:
+                continue
+            host = inventory.host(job.node).vars
+            why = token_destination_problem(
+                job.source, host.modelfleet_hf_endpoint, host.modelfleet_token_hosts
+            )
+            if why is not None:
+                problems.append(
+                    InputProblem(
+                        token.file, token.line, token.path,
+                        f"{token.model}'s token, staging on {job.node}: {why}",
+                    )
+                )  # fmt: skip
+    if problems:
+        raise InputError(list(dict.fromkeys(problems)))
 
 
 def router_deployer(
