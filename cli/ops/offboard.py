@@ -138,13 +138,14 @@ def plan_offboard(
         node, issued_records(ca.directory), inventory.names(), host.address if host else None
     )
     serials = {r.serial for r in mine.issued}
-    revoked = tuple(
-        r for r in revoked_records(ca.directory) if r.serial in serials or r.node == node
-    )
+    every_revoked = revoked_records(ca.directory)
+    revoked = tuple(r for r in every_revoked if r.serial in serials or r.node == node)
     done = {r.serial for r in revoked}
     revoke = tuple(dict.fromkeys(_revocation(r, now) for r in mine.issued if r.serial not in done))
+    # What may be the node's but is revoked already needs no word.
+    unproven = tuple(r for r in mine.unproven if r.serial not in {v.serial for v in every_revoked})
     if host is None:
-        if not mine.issued and not revoked and not mine.unproven:
+        if not mine.issued and not revoked and not unproven:
             raise InputError.single(
                 inventory.source, None, (),
                 f"no host '{node}' in this inventory{near_miss(node, inventory.names())}, and"
@@ -152,7 +153,7 @@ def plan_offboard(
             )  # fmt: skip
         return OffboardPlan(
             node, None, None, (), (), None, revoke, revoked, None, known_hosts, None,
-            unproven=mine.unproven,
+            unproven=unproven,
         )  # fmt: skip
     assert drain is not None
     fleet, the_plan = drain()
@@ -179,7 +180,7 @@ def plan_offboard(
     return OffboardPlan(
         node, host, the_plan, would_lose, loses, unreachable, revoke, revoked,
         plan_node_removal(inventory_path, node, decrypt), known_hosts, forgotten, names, shared,
-        mine.unproven, shown,
+        unproven, shown,
     )  # fmt: skip
 
 

@@ -357,3 +357,22 @@ def test_a_host_named_by_its_ip_address_is_revoked_under_that_name(lab: Lab) -> 
     assert result.returncode == 0, result.stdout + result.stderr
     assert revoked_serials(lab.ca.directory) == frozenset({serial_hex(cert)})
     assert lab.hosts.read_text() == "all:\n  hosts:\n"
+
+
+def test_a_legacy_record_that_may_be_the_nodes_is_said_and_not_revoked(lab: Lab) -> None:
+    """An issued.json entry written before the identity was kept (no names) under the
+    node's address (the first DNS name of a host named by IP, then): maybe the node's, not
+    proved; the plan says so and offboarding revokes only what is proved."""
+    own = lab.certify(install=False)
+    issued = lab.ca.directory / ISSUED_FILE
+    legacy = '{"at": "2027-01-01T00:00:00+00:00", "node": "127.0.0.1", "serial": "abc123"}'
+    issued.write_text(issued.read_text().replace('"issued": [', f'"issued": [\n    {legacy},'))
+    planned = lab.offboard("--dry-run")
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert (
+        "certificate: serial abc123 was recorded as issued to '127.0.0.1' before ctl recorded"
+        " whom it issued to; it may be local's but is not proved to be: not revoked"
+    ) in planned.stdout
+    result = lab.offboard()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert revoked_serials(lab.ca.directory) == frozenset({serial_hex(own)})
