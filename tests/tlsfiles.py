@@ -51,7 +51,7 @@ def issue(
     now = issued_at or datetime.now(UTC)
     names = NodeNames.of(name, addresses)
     if validity is None and issued_at is None:
-        cert = ca.issue(csr, names, now)
+        cert = ca.issue(csr, names, now, name)
     else:
         from cli.pki.certs import sign_node_certificate
         from cli.pki.store import random_serial

@@ -60,6 +60,15 @@ TOKEN_SCHEMES = ("hf://", "https://")
 # Python's keywords instead (isidentifier there), so both are refused.
 _JINJA_KEYWORDS = frozenset({"true", "false", "none", "True", "False", "None", "not"})
 TOKEN_FORMS = "token: {env: HF_TOKEN}, {file: PATH} or {var: NAME}"
+# The names a token may be read from, so that a catalog cannot have ctl send another secret
+# of the operator's as a model's token (docs/catalog.md, "Tokens by reference"): an
+# environment variable ending in _TOKEN, an inventory variable ending in _token, and
+# neither one of Ansible's (its connection, become and vault settings) nor ctl's own
+# (the Proxmox token, ctl's settings, the router's master key).
+TOKEN_ENV_SUFFIX = "_TOKEN"
+TOKEN_VAR_SUFFIX = "_token"
+NOT_TOKEN_ENV_PREFIXES: tuple[str, ...] = ("ANSIBLE_", "MODELFLEET_", "PROXMOX_", "LITELLM_")
+NOT_TOKEN_VAR_PREFIXES: tuple[str, ...] = ("ansible_", "modelfleet_")
 
 
 def ansible_variable_name(name: str) -> bool:
@@ -69,6 +78,29 @@ def ansible_variable_name(name: str) -> bool:
         and name.isidentifier()
         and not keyword.iskeyword(name)
         and name not in _JINJA_KEYWORDS
+    )
+
+
+def token_name_problem(form: str, name: str) -> str | None:
+    """Why the variable `name` (`form`: env or var) may not hold a model's token: None when
+    it is one meant for a token (TOKEN_ENV_SUFFIX, TOKEN_VAR_SUFFIX, and none of Ansible's
+    or ctl's own names)."""
+    if form == "env":
+        suffix, prefixes, what = TOKEN_ENV_SUFFIX, NOT_TOKEN_ENV_PREFIXES, "environment variable"
+    else:
+        suffix, prefixes, what = TOKEN_VAR_SUFFIX, NOT_TOKEN_VAR_PREFIXES, "inventory variable"
+    owner = next((prefix for prefix in prefixes if name.startswith(prefix)), None)
+    if name.endswith(suffix) and len(name) > len(suffix) and owner is None:
+        return None
+    why = (
+        f"{owner}* is reserved for Ansible's and ctl's own settings and secrets"
+        if owner is not None
+        else f"its name does not end in {suffix}"
+    )
+    return (
+        f"'{name}' is not an {what} meant for a token: {why}; a token is read only from an"
+        f" {what} whose name ends in {suffix} and does not start with"
+        f" {', '.join(prefixes)} (docs/catalog.md)"
     )
 
 
@@ -114,6 +146,10 @@ class TokenRef(Strict):
                 f"'{value}' is not an Ansible variable name: letters, digits and '_', not"
                 " starting with a digit, and no keyword"
             )
+        if info.field_name in ("env", "var"):
+            problem = token_name_problem(info.field_name, value)
+            if problem is not None:
+                raise ValueError(problem)
         if info.field_name == "file" and not value.strip():
             raise ValueError("an empty path: name the file that holds the token")
         return value

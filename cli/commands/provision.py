@@ -81,15 +81,18 @@ def provision_node(
 ) -> None:
     """Clone a template into a new VM, configure it, start it and wait for its address.
 
-    Steps: find a VM with this name (when one exists, go on from where it stands); a free
-    vmid and a full clone; configure cores, memory, cloud-init user, SSH keys, ipconfig0,
-    GPUs (hostpci by resource mapping, machine q35); grow the boot disk; start; wait for the
-    guest agent's address; print it and the `ctl onboard-node` command to run next.
+    Steps: find a VM with this name (when one exists and its run marker proves ctl made it,
+    go on from where it stands; without the marker it is someone else's: refused, exit 1,
+    nothing sent to it); a free vmid and a full clone; configure cores, memory, cloud-init
+    user, SSH keys, ipconfig0, GPUs (hostpci by resource mapping, machine q35); grow the boot
+    disk; start; wait for the guest agent's address; print it and the `ctl onboard-node`
+    command to run next.
 
     The API token comes from PROXMOX_TOKEN_ID and PROXMOX_TOKEN_SECRET or --token-file,
     never from the command line. TLS is verified. A failure after the clone removes the VM
     it made, or says which vmid is left and how to remove it. Exit code 0 done, 1 not done
-    (Proxmox refused, a wait timed out, interrupted), 2 bad input (nothing changed).
+    (Proxmox refused, a wait timed out, interrupted, a same-named VM ctl did not make), 2 bad
+    input (nothing changed).
     """
     from cli.errors import InputError, InputProblem
     from cli.provision.plan import build_options

@@ -13,6 +13,7 @@ write `''` for an empty value.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any
 
@@ -98,6 +99,23 @@ class Fabric(Strict):
         return hcas
 
 
+_HOST_NAME = re.compile(
+    r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*"
+)
+
+
+def token_host(value: object) -> str:
+    """A `modelfleet_token_hosts` entry: a host name or an IPv4 address, nothing more."""
+    if not isinstance(value, str):
+        raise ValueError(f"must be a host name, not {yaml_kind(value)}")
+    if len(value) > 253 or not _HOST_NAME.fullmatch(value):
+        raise ValueError(
+            f"'{value}' is not a host name: letters, digits and '-' in dot-separated labels,"
+            " without a scheme, a port or a path"
+        )
+    return value
+
+
 def _none_is_no_entries(value: object) -> object:
     """`labels:` with every entry commented out is null in YAML: no labels, as Ansible and
     `cordoned:` read it, not an error."""
@@ -146,6 +164,12 @@ class HostVars(Strict):
     modelfleet_hf_endpoint: (
         Annotated[str, StringConstraints(pattern=r"^https?://[^\s/]+(/[^\s]*)?$")] | None
     ) = None
+    # Hosts besides the hub endpoint's that a catalog's https:// source may send its token
+    # to (a mirror of plain files, say); compared by host name, any port. None but these.
+    modelfleet_token_hosts: Annotated[
+        tuple[Annotated[str, BeforeValidator(token_host)], ...],
+        BeforeValidator(_none_is_no_items),
+    ] = ()
 
     @field_validator("fabrics")
     @classmethod

@@ -7,9 +7,11 @@
    node cannot be reached (its shards cannot be stopped).
 2. **The node's key**: /etc/modelfleet/pki/node.key (and a half-made node.key.new) removed
    on the node when it can be reached; its certificate and the CA's stay (they are public).
-3. **Revoke**: every certificate the CA issued to the node (its record, issued.json) and
-   the one the node holds when it can be read and is this CA's, added to revoked.json and
-   the CRL (cli/pki/store.py).
+3. **Revoke**: every certificate the CA's record (issued.json) says it issued to the node,
+   its inventory name compared exactly (cli/pki/revocation.py `issued_to`), added to
+   revoked.json and the CRL (cli/pki/store.py). Never one the node merely shows: the
+   certificate it holds is read (when it can be reached) only to say so when the record
+   does not list it as the node's; legacy entries that may be the node's are said too.
 4. **Forget its host key**: its names (`ADDRESS`, `[ADDRESS]:PORT`) leave the fleet's
    known_hosts, unless another host of the inventory has the same address and port.
 5. **The inventory**, last: the node's own lines and host_vars (cli/inventory/remove.py).
@@ -49,7 +51,7 @@ from cli.pki.addhost import DEFAULT_USER
 from cli.pki.certs import serial_hex
 from cli.pki.knownhosts import Forgotten, forget_hosts
 from cli.pki.paths import KEY_FILE, PKI_DIR
-from cli.pki.revocation import CertRecord
+from cli.pki.revocation import CertRecord, issued_to
 from cli.pki.store import CRL_FILE, CertificateAuthority, issued_records, revoked_records
 from cli.reconcile.planner import FORCED, Plan
 from cli.routes.deploy import failure_text
@@ -83,6 +85,8 @@ class OffboardPlan:
     forgotten: Forgotten | None  # None: nothing of the node in known_hosts
     names: tuple[str, ...] = ()  # the known_hosts names forgotten
     shared_with: str | None = None  # another host with the same address: its key stays
+    unproven: tuple[CertRecord, ...] = ()  # legacy entries that may be the node's: kept
+    shown: str | None = None  # the serial the node holds, when not recorded as its: kept
 
     @property
     def refusals(self) -> list[str]:
@@ -128,21 +132,29 @@ def plan_offboard(
     plan, asked only when the node is in the inventory. `ask_node`: read the certificate
     the node holds (over SSH); False with a facts snapshot, which contacts nothing."""
     known_hosts = options.known_hosts(inventory_path)
-    issued = [r for r in issued_records(ca.directory) if r.node == node.lower()]
-    revoked = tuple(r for r in revoked_records(ca.directory) if r.node == node.lower())
-    if node not in inventory.names():
-        if not issued and not revoked:
+    present = node in inventory.names()
+    host = inventory.host(node) if present else None
+    mine = issued_to(
+        node, issued_records(ca.directory), inventory.names(), host.address if host else None
+    )
+    serials = {r.serial for r in mine.issued}
+    every_revoked = revoked_records(ca.directory)
+    revoked = tuple(r for r in every_revoked if r.serial in serials or r.node == node)
+    done = {r.serial for r in revoked}
+    revoke = tuple(dict.fromkeys(_revocation(r, now) for r in mine.issued if r.serial not in done))
+    # What may be the node's but is revoked already needs no word.
+    unproven = tuple(r for r in mine.unproven if r.serial not in {v.serial for v in every_revoked})
+    if host is None:
+        if not mine.issued and not revoked and not unproven:
             raise InputError.single(
                 inventory.source, None, (),
                 f"no host '{node}' in this inventory{near_miss(node, inventory.names())}, and"
                 f" the CA in {ca.directory} has no certificate of it: nothing to offboard",
             )  # fmt: skip
-        done = {r.serial for r in revoked}
-        revoke = tuple(_revocation(r, now) for r in issued if r.serial not in done)
         return OffboardPlan(
-            node, None, None, (), (), None, revoke, revoked, None, known_hosts, None
-        )
-    host = inventory.host(node)
+            node, None, None, (), (), None, revoke, revoked, None, known_hosts, None,
+            unproven=unproven,
+        )  # fmt: skip
     assert drain is not None
     fleet, the_plan = drain()
     view = next((n for n in fleet.snapshot.nodes if n.name == node), None)
@@ -155,14 +167,11 @@ def plan_offboard(
         for stop in the_plan.drains
         if stop.reason == FORCED and any(s.node == node for s in stop.shards)
     )
-    held = None
+    shown = None
     if ask_node and unreachable is None:
-        held = _held_certificate(options, host, known_hosts, ca)
-    serials = {r.serial for r in revoked}
-    candidates = [*issued] + ([] if held is None else [held])
-    revoke = tuple(
-        dict.fromkeys(_revocation(r, now) for r in candidates if r.serial not in serials)
-    )
+        shown = _held_serial(options, host, known_hosts, ca)
+        if shown in serials:
+            shown = None
     names, shared = _host_key_names(inventory, host)
     forgotten = None
     if names and known_hosts.exists():
@@ -171,6 +180,7 @@ def plan_offboard(
     return OffboardPlan(
         node, host, the_plan, would_lose, loses, unreachable, revoke, revoked,
         plan_node_removal(inventory_path, node, decrypt), known_hosts, forgotten, names, shared,
+        unproven, shown,
     )  # fmt: skip
 
 
@@ -186,10 +196,11 @@ def _host_key_names(inventory: Inventory, host: Host) -> tuple[tuple[str, ...], 
     return (ssh.known_hosts_name(host.address, host.port),), None
 
 
-def _held_certificate(
+def _held_serial(
     options: AppContext, host: Host, known_hosts: Path, ca: CertificateAuthority
-) -> CertRecord | None:
-    """The certificate the node holds, when it can be read and this CA signed it."""
+) -> str | None:
+    """The serial of the certificate the node holds, when it can be read and this CA signed
+    it: something to say, never a proof of whose it is (a node can show any of the CA's)."""
     try:
         client = _login(options, host, known_hosts)
     except ssh.NodeError:
@@ -212,7 +223,7 @@ def _held_certificate(
         cert.verify_directly_issued_by(ca.cert)
     except (ValueError, TypeError, InvalidSignature):
         return None
-    return CertRecord(serial_hex(cert), host.name.lower(), cert.not_valid_after_utc)
+    return serial_hex(cert)
 
 
 def _login(options: AppContext, host: Host, known_hosts: Path) -> paramiko.SSHClient:

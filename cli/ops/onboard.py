@@ -339,7 +339,7 @@ def certify(
     csr_pem = remote.make_csr(client, name, timeout)
     try:
         csr = read_csr(csr_pem)
-        cert = ca.issue(csr, names, now)
+        cert = ca.issue(csr, names, now, name)
     except CertificateError as error:
         raise NodeError(str(error)) from None
     remote.install(client, pem(cert), ca_pem, timeout)

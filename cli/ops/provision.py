@@ -4,8 +4,11 @@ find the VM by name → (none) nextid + full clone, retried when the vmid was ta
 → wait for the clone task → configure → resize the boot disk → start → wait for the guest
 agent's address.
 
-Idempotent by name: a VM that has the name already is reported and taken from where it
-stands (configured? big enough? running? an address?); several with the name is an error.
+Idempotent by name: a VM that has the name already is taken from where it stands
+(configured? big enough? running? an address?) only when it is proved to be one ctl
+provisioned, by the same run marker deprovisioning reads (`plan.not_provisioned`): a
+same-named VM without it is someone else's and is refused, exit 1, with nothing sent to it
+but reads. Several with the name is an error.
 
 The clone carries this run's marker (`modelfleet-run-<id>` in its description). Whatever
 Proxmox refuses after the clone, Ctrl-C included, stops and destroys the VM this run made
@@ -409,15 +412,17 @@ class Provisioner(ProxmoxSteps):
         else:
             vm = VmRef(found.vmid, found.node, found.name)
             created = False
-            self.reporter.step(
-                f"{options.name} exists: vmid {vm.vmid} on {vm.node}; going on from where it stands"
-            )
             if found.template:
                 raise ProvisionError(
                     f"{options.name} (vmid {vm.vmid}) is a template, not a node", code=2
                 )
             self._wait_unlocked(vm)
         config = self._call_dict(plan.config_get_call(vm.node, vm.vmid))
+        if not created:
+            self._prove_provisioned(vm, config)
+            self.reporter.step(
+                f"{options.name} exists: vmid {vm.vmid} on {vm.node}; going on from where it stands"
+            )
         running = self._running(vm)
         self._configure(vm, config, running, created)
         self._resize(vm, config, created)
@@ -430,6 +435,21 @@ class Provisioner(ProxmoxSteps):
         return Outcome(options.name, vm.vmid, vm.node, address, created)
 
     # --- finding ---------------------------------------------------------------------------
+
+    def _prove_provisioned(self, vm: VmRef, config: Mapping[str, Any]) -> None:
+        """Raise (exit 1, nothing sent but reads) unless `config` is a VM ctl cloned under this
+        name: a same-named VM without the run marker is someone else's, never adopted."""
+        why = plan.not_provisioned(config, self.options.name)
+        if why is not None:
+            raise ProvisionError(
+                f"vmid {vm.vmid} on node {vm.node} is named {self.options.name} but is not a VM"
+                f" ctl provisioned: {why} (found: {plan.found_text(config)}); nothing was"
+                " changed",
+                hints=[
+                    "provision under another name, or rename or remove that VM in Proxmox if"
+                    " it is not needed"
+                ],
+            )
 
     def _template(self, entries: list[_Entry]) -> VmRef:
         wanted = self.options.template

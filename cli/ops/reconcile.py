@@ -22,8 +22,10 @@ from pathlib import Path
 from cli.catalog.load import Catalog
 from cli.cluster.snapshot import checked
 from cli.edges.ansible import PlaybookRun
+from cli.errors import InputError, InputProblem
 from cli.inventory.edit import cordon_node
 from cli.inventory.load import load_inventory
+from cli.inventory.schema import Inventory
 from cli.ops.ca import ca_directory, open_ca
 from cli.ops.context import AppContext
 from cli.ops.executor import AnsibleExecutor
@@ -39,7 +41,7 @@ from cli.reconcile.ledger import ledger_path, load_ledger, save_ledger
 from cli.reconcile.planner import DRAINING, Plan, cordoned, plan, plan_manual, retired_unreplaced
 from cli.reconcile.renewal import sort_out
 from cli.routes.deploy import PlaybookRouter, RouterDeployer, router_hosts
-from cli.shards.staging import evictable_directories
+from cli.shards.staging import evictable_directories, token_destination_problem
 
 OnRun = Callable[[PlaybookRun], None]
 
@@ -200,6 +202,7 @@ def _run_manual(
         request.catalog, fleet.snapshot, list(request.models), addresses, listen,
         fleet.networks, fleet.stores,
     )  # fmt: skip
+    _check_token_destinations(the_plan, fleet.inventory)
     hooks.show_plan(the_plan)
     if request.dry_run:
         return PassResult(the_plan, fleet)
@@ -244,10 +247,38 @@ def plan_pass(
         catalog, snapshot, ledger, addresses, None, evict, listen=listen, force=force,
         networks=fleet.networks, stores=fleet.stores, defragment=defragment,
     )  # fmt: skip
+    _check_token_destinations(the_plan, fleet.inventory)
     here = None if ca is None else (ca.name, fingerprint(ca.cert))
     where = str(ca_dir if ca_dir is not None else default_ca_dir())
     renew, said = sort_out(fleet.due, here, where)
     return replace(the_plan, renewals=renew, certificates_due=said)
+
+
+def _check_token_destinations(the_plan: Plan, inventory: Inventory) -> None:
+    """InputError (exit 2, nothing done), at each token reference, for a start whose staging
+    would send its model's token to a host neither the hub endpoint nor allowed by the
+    inventory (cli/shards/staging.py `token_destination_problem`)."""
+    problems: list[InputProblem] = []
+    for start in the_plan.starts:
+        token = start.profile.token
+        if token is None:
+            continue
+        for job in start.stage:
+            if job.token_key is None:
+                continue
+            host = inventory.host(job.node).vars
+            why = token_destination_problem(
+                job.source, host.modelfleet_hf_endpoint, host.modelfleet_token_hosts
+            )
+            if why is not None:
+                problems.append(
+                    InputProblem(
+                        token.file, token.line, token.path,
+                        f"{token.model}'s token, staging on {job.node}: {why}",
+                    )
+                )  # fmt: skip
+    if problems:
+        raise InputError(list(dict.fromkeys(problems)))
 
 
 def router_deployer(

@@ -100,8 +100,12 @@ class NodeNames:
     def same_as(self, other: NodeNames) -> bool:
         return set(self.dns) == set(other.dns) and set(self.ips) == set(other.ips)
 
+    def entries(self) -> tuple[str, ...]:
+        """`DNS:name` and `IP:address`, as OpenSSL shows subject alternative names."""
+        return tuple([f"DNS:{n}" for n in self.dns] + [f"IP:{ip}" for ip in self.ips])
+
     def __str__(self) -> str:
-        return ", ".join([f"DNS:{n}" for n in self.dns] + [f"IP:{ip}" for ip in self.ips])
+        return ", ".join(self.entries())
 
 
 def certificate_names(cert: x509.Certificate) -> NodeNames:

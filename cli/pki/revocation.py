@@ -4,8 +4,17 @@ The CA directory keeps `revoked.json`, one entry per revoked certificate (its se
 `serial_hex` writes it, the node it was issued to, when it was revoked), and `crl.pem`, an
 X.509 v2 CRL of exactly those serials signed by the CA's key: what a router or any TLS
 peer loads to refuse them. `issued.json` records each certificate the CA signs (serial,
-node, end of validity), so that a node's certificates can be revoked when the node itself
-cannot be asked which one it holds.
+node, end of validity, the names it was issued for), so that a node's certificates can be
+revoked when the node itself cannot be asked which one it holds.
+
+A node's identity in the CA is its inventory name, compared exactly (`issued_to`): the
+`node` of an issued entry is the inventory name it was issued to, as written, and `names`
+beside it the certificate's subject alternative names. Only serials recorded as issued to
+that identity are ever revoked for it, never one a node merely shows. Entries written
+before ctl kept the identity (no `names`: their `node` is the certificate's first DNS name,
+lowercased) count only where that equals the inventory name exactly and no other host of
+the inventory differs from it in case alone; others that may be the node's (its name in
+another case, its address) are reported and not revoked.
 
 Everything here is a function of its arguments, the clock included; cli/pki/store.py reads
 and writes the files.
@@ -33,11 +42,48 @@ class RevocationFileError(ValueError):
 
 @dataclass(frozen=True, order=True)
 class CertRecord:
-    """One certificate the CA issued or revoked: its serial (lowercase hex), its node, when."""
+    """One certificate the CA issued or revoked: its serial (lowercase hex), its node, when,
+    and (issued entries since identities are kept) the names it was issued for."""
 
     serial: str
-    node: str
+    node: str  # the inventory name it was issued to, exactly (legacy issued entries: see above)
     at: datetime  # issued: notAfter; revoked: the revocation time
+    names: tuple[str, ...] = ()  # `DNS:…`, `IP:…`; empty: a revoked entry, or a legacy one
+
+    @property
+    def legacy(self) -> bool:
+        """An issued entry written before ctl recorded the identity beside the serial."""
+        return not self.names
+
+
+@dataclass(frozen=True)
+class NodeCertificates:
+    """What issued.json holds of one node: `issued`, proved to be its; `unproven`, legacy
+    entries that may be its (its name in another case, its address), never revoked."""
+
+    issued: tuple[CertRecord, ...]
+    unproven: tuple[CertRecord, ...]
+
+
+def issued_to(
+    node: str, records: Iterable[CertRecord], hosts: Iterable[str] = (), address: str | None = None
+) -> NodeCertificates:
+    """The entries of issued.json that belong to the inventory name `node`, compared exactly
+    (`hosts`: every name of the inventory, to tell a legacy entry shared by names that
+    differ in case alone; `address`: the node's, under which a legacy entry of a host named
+    by an IP address was recorded)."""
+    twins = any(other != node and other.lower() == node.lower() for other in hosts)
+    maybe = {node.lower().rstrip(".")}
+    if address is not None:
+        maybe.add(address.lower().rstrip("."))
+    issued: list[CertRecord] = []
+    unproven: list[CertRecord] = []
+    for record in records:
+        if record.node == node and not (record.legacy and twins):
+            issued.append(record)
+        elif record.legacy and record.node in maybe:
+            unproven.append(record)
+    return NodeCertificates(tuple(issued), tuple(unproven))
 
 
 def normal_serial(text: str) -> str:
@@ -63,6 +109,7 @@ def parse_records(text: str, what: str) -> tuple[CertRecord, ...]:
                 normal_serial(str(entry["serial"])),
                 str(entry["node"]),
                 datetime.fromisoformat(str(entry["at"])),
+                _names(entry.get("names", [])),
             )
             for entry in entries
         )
@@ -72,10 +119,20 @@ def parse_records(text: str, what: str) -> tuple[CertRecord, ...]:
         raise RevocationFileError(f"does not read as a {what} list: {error}") from None
 
 
+def _names(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise RevocationFileError("'names' is not a list of names")
+    return tuple(value)
+
+
 def render_records(records: Iterable[CertRecord], what: str) -> str:
     """The list file's text: sorted, one entry a line, so a diff shows what changed."""
     lines = [
-        json.dumps({"serial": r.serial, "node": r.node, "at": r.at.isoformat()}, sort_keys=True)
+        json.dumps(
+            {"serial": r.serial, "node": r.node, "at": r.at.isoformat()}
+            | ({"names": list(r.names)} if r.names else {}),
+            sort_keys=True,
+        )
         for r in sorted(set(records))
     ]
     body = ",\n    ".join(lines)

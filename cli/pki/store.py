@@ -91,12 +91,14 @@ class CertificateAuthority:
         return self.cert.subject.rfc4514_string()
 
     def issue(
-        self, csr: x509.CertificateSigningRequest, names: NodeNames, now: datetime
+        self, csr: x509.CertificateSigningRequest, names: NodeNames, now: datetime, node: str
     ) -> x509.Certificate:
         """A node certificate for the CSR's key and exactly `names`, with a random serial,
-        recorded in issued.json before it is returned (so it can be revoked later)."""
+        recorded in issued.json under `node`, the inventory name it is issued to, exactly,
+        with `names` beside it, before it is returned (so it can be revoked later, and only
+        for that node: cli/pki/revocation.py `issued_to`)."""
         cert = sign_node_certificate(self.key, self.cert, csr, names, now, random_serial())
-        record = CertRecord(serial_hex(cert), names.dns[0], cert.not_valid_after_utc)
+        record = CertRecord(serial_hex(cert), node, cert.not_valid_after_utc, names.entries())
         issued = self.directory / ISSUED_FILE
         records = (*_records(issued, "issued"), record)
         atomic_write(issued, render_records(records, "issued"), LIST_MODE)

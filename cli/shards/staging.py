@@ -13,11 +13,17 @@ staged, by engine (its spec's `stages`):
   that holds many: staging the whole repository would download every one of them.
 
 `file://` sources are read where they are and never copied; `s3://` is not staged.
+
+A model's token goes with its download (`token_destination_problem`): an `hf://` source's
+to the fleet's hub endpoint (`modelfleet_hf_endpoint`, default HUB_ENDPOINT), which the
+inventory names; an `https://` source's only when its host is that endpoint's or one the
+inventory allows (`modelfleet_token_hosts`), never a host the catalog alone chose.
 """
 
 from __future__ import annotations
 
 import posixpath
+import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -35,6 +41,30 @@ MIN_BYTES_PER_SECOND: Final = 8_000_000
 BASE_SECONDS: Final = 600
 # Without a size (no `disk_gb`, no node holding it yet): room for about 1 TB at that rate.
 UNKNOWN_SIZE_SECONDS: Final = 36 * 3600
+
+
+HUB_ENDPOINT: Final = "https://huggingface.co"  # playbooks/stage_weights.yml's default
+
+
+def token_destination_problem(
+    source: str, endpoint: str | None, token_hosts: Iterable[str]
+) -> str | None:
+    """Why a token must not go where staging `source` would send it, on a node whose hub
+    endpoint is `endpoint` (None: HUB_ENDPOINT) and whose inventory allows `token_hosts`
+    besides; None when it may."""
+    if source.startswith("hf://"):
+        return None  # the inventory's own endpoint is where it goes
+    hub = endpoint or HUB_ENDPOINT
+    host = (urllib.parse.urlsplit(source).hostname or "").lower()
+    allowed = {(urllib.parse.urlsplit(hub).hostname or "").lower()}
+    allowed |= {name.lower() for name in token_hosts}
+    if host in allowed:
+        return None
+    return (
+        f"it would be sent to {host or 'no host'}, the host of the source {source}, which is"
+        f" neither the hub endpoint's ({hub}) nor one the inventory lists in"
+        " modelfleet_token_hosts: a token goes to no other host"
+    )
 
 
 @dataclass(frozen=True)

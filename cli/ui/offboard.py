@@ -29,8 +29,20 @@ def plan_lines(plan: OffboardPlan) -> list[str]:
         lines.append(f"  certificate: serial {record.serial} already revoked ({_day(record.at)})")
     if not plan.revoke and not plan.revoked:
         lines.append(
-            f"  certificate: the CA knows of none issued to {plan.node} (none recorded, and"
-            " the node's own could not be read): nothing to revoke"
+            f"  certificate: the CA's record (issued.json) has none issued to {plan.node}:"
+            " nothing to revoke"
+        )
+    for record in plan.unproven:
+        lines.append(
+            f"  certificate: serial {record.serial} was recorded as issued to '{record.node}'"
+            f" before ctl recorded whom it issued to; it may be {plan.node}'s but is not"
+            " proved to be: not revoked"
+        )
+    if plan.shown is not None:
+        lines.append(
+            f"  certificate: {plan.node} holds serial {plan.shown}, which the CA's record does"
+            f" not list as issued to {plan.node}: not revoked (a node's word never picks what"
+            " is revoked)"
         )
     if plan.forgotten is not None:
         numbers = ", ".join(str(n) for n in plan.forgotten.lines)

@@ -18,6 +18,10 @@ Sources:
   comes in this task's environment as HF_TOKEN (no_log) and goes only to the endpoint's
   host, never across a redirect to another.
 - `http(s)://…/FILE`: that one file, resumed the same way; its size from Content-Length.
+  A token goes with it only when its host is the endpoint's or one of `token_hosts` (the
+  inventory's modelfleet_token_hosts); otherwise the staging fails before any request, so
+  a catalog cannot send the token to a host of its choosing (ctl refuses such a plan
+  first: this is the node's own guard).
 - `file:///PATH`: nothing to download: the file must be there (a shared filesystem).
 
 Progress: `<store>/<directory>/.modelfleet-progress`, a JSON line rewritten at most once a
@@ -85,6 +89,12 @@ options:
     description: The token for the hub (Bearer); never logged.
     type: str
     default: ""
+  token_hosts:
+    description: Hosts besides the endpoint's that an http(s) source's token may go to
+      (the inventory's modelfleet_token_hosts); to any other, the download is refused.
+    type: list
+    elements: str
+    default: []
 """
 
 MARKER = ".modelfleet-complete"
@@ -282,6 +292,7 @@ def stage(
     source: str, store: Path, name: str, endpoint: str = "https://huggingface.co",
     revision: str = "main", token: str | None = None, timeout: int = 60,
     deadline: int = 36 * 3600, evictable: list[str] | None = None,
+    token_hosts: list[str] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Stage `source` under `store/name`; what the task returns."""
     if source.startswith("file://"):
@@ -312,6 +323,8 @@ def stage(
             for f in files
         ]  # fmt: skip
     elif source.startswith(("https://", "http://")):
+        if token:
+            _check_token_host(source, endpoint, token_hosts or [])
         target = directory / (Path(urllib.parse.urlsplit(source).path).name or "model")
         total = None
         jobs = [(source, target, None, None)]
@@ -331,6 +344,18 @@ def stage(
     progress.write("done")
     return {"changed": True, "path": str(directory), "bytes": size, "downloaded": progress.done,
             "evicted": evicted}  # fmt: skip
+
+
+def _check_token_host(url: str, endpoint: str, token_hosts: list[str]) -> None:
+    """Refuse to send the token to `url` unless its host is the endpoint's or allowed."""
+    host = (urllib.parse.urlsplit(url).hostname or "").lower()
+    allowed = {(urllib.parse.urlsplit(endpoint).hostname or "").lower()}
+    allowed |= {name.lower() for name in token_hosts}
+    if host not in allowed:
+        raise StageError(
+            f"{url}: the token is not sent to {host or 'no host'}: it goes only to the hub"
+            " endpoint's host or one listed in modelfleet_token_hosts"
+        )
 
 
 def _check_room(store: Path, directory: Path, needed: int, evictable: list[str]) -> list[str]:
@@ -387,6 +412,7 @@ def main() -> None:
             "deadline": {"type": "int", "default": 36 * 3600},
             "token": {"type": "str", "default": "", "no_log": True},
             "evictable": {"type": "list", "elements": "str", "default": []},
+            "token_hosts": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=False,
     )
@@ -398,7 +424,7 @@ def main() -> None:
         result = stage(
             params["source"], store, name, params["endpoint"], params["revision"],
             params["token"] or None, params["timeout"], params["deadline"],
-            params["evictable"],
+            params["evictable"], params["token_hosts"],
         )  # fmt: skip
     except StageError as error:
         module.fail_json(msg=str(error))

@@ -95,22 +95,27 @@ class Lab:
         self.catalog.write_text(NOTHING)
         self.state = tmp / "state"
 
-    def offboard(self, *extra: str) -> subprocess.CompletedProcess[str]:
+    def offboard(self, *extra: str, node: str = "local") -> subprocess.CompletedProcess[str]:
         return ctl(
-            "--timeout", "5", "offboard-node", "local", "-i", str(self.inventory),
+            "--timeout", "5", "offboard-node", node, "-i", str(self.inventory),
             "--ca-dir", str(self.ca.directory), "--catalog", str(self.catalog), *extra,
             env={"XDG_STATE_HOME": str(self.state)},
         )  # fmt: skip
 
-    def certify(self) -> x509.Certificate:
-        """A certificate for the node, installed in its PKI directory as onboarding does."""
+    def certify(
+        self, name: str = "local", address: str = "127.0.0.1", *, install: bool = True
+    ) -> x509.Certificate:
+        """A certificate the CA issues to the inventory name `name`, installed in the
+        node's PKI directory as onboarding does (`install`)."""
         key = ec.generate_private_key(ec.SECP256R1())
         csr = (
             x509.CertificateSigningRequestBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "local")]))
             .sign(key, hashes.SHA256())
         )
-        cert = self.ca.issue(csr, NodeNames.of("local", ["127.0.0.1"]), datetime.now(UTC))
+        cert = self.ca.issue(csr, NodeNames.of(name, [address]), datetime.now(UTC), name)
+        if not install:
+            return cert
         pki = pki_dir(self.node)
         pki.mkdir(exist_ok=True)
         (pki / "node.key").write_bytes(
@@ -132,7 +137,6 @@ def lab(tmp_path: Path, node: Sshd) -> Iterator[Lab]:
 
 def test_offboarding_removes_exactly_the_nodes_lines_revokes_and_forgets(lab: Lab) -> None:
     cert = lab.certify()
-    (lab.ca.directory / ISSUED_FILE).unlink()  # the CA has no record: the node's own is read
     result = lab.offboard()
     assert result.returncode == 0, result.stdout + result.stderr
     # The inventory: exactly the node's seven lines gone, every other byte kept.
@@ -281,3 +285,94 @@ def test_the_docs_offboarding_example_is_what_ctl_prints(lab: Lab) -> None:
         "$ ctl offboard-node node-3",
         "...the same plan, then:",
     }
+
+
+def test_a_certificate_the_node_only_shows_is_never_revoked(lab: Lab) -> None:
+    """Issue 25 item 3 (b): the node shows a certificate this CA issued to another host
+    (`last`): offboarding `local` revokes only what the record says was issued to `local`,
+    and says what the node showed."""
+    own = lab.certify(install=False)
+    someone_elses = lab.certify("last", "127.0.0.2")
+    planned = lab.offboard("--dry-run")
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert f"certificate: revoke serial {serial_hex(own)}" in planned.stdout
+    assert f"revoke serial {serial_hex(someone_elses)}" not in planned.stdout
+    assert (
+        f"certificate: local holds serial {serial_hex(someone_elses)}, which the CA's record"
+        " does not list as issued to local: not revoked"
+    ) in planned.stdout
+    result = lab.offboard()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert revoked_serials(lab.ca.directory) == frozenset({serial_hex(own)})
+
+
+def test_a_node_with_nothing_recorded_has_nothing_revoked_whatever_it_shows(lab: Lab) -> None:
+    """The record is the only proof: a node whose certificate the CA has no record of keeps
+    it unrevoked, and the plan says so."""
+    cert = lab.certify()
+    (lab.ca.directory / ISSUED_FILE).unlink()
+    planned = lab.offboard("--dry-run")
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert (
+        "certificate: the CA's record (issued.json) has none issued to local: nothing to revoke"
+    ) in planned.stdout
+    assert f"local holds serial {serial_hex(cert)}" in planned.stdout
+    assert "revoke serial" not in planned.stdout
+
+
+def test_hosts_differing_in_case_alone_each_revoke_only_their_own(lab: Lab) -> None:
+    """Issue 25 item 3 (a): `Node-A` and `node-a`: offboarding Node-A plans to revoke Node-A's
+    serial only (both certificates name DNS:node-a: the record's identity tells them apart)."""
+    lab.hosts.write_text(
+        lab.original.replace("local:   # the node to offboard", "Node-A:").replace(
+            "last:\n      ansible_host: 127.0.0.2", "node-a:\n      ansible_host: 127.0.0.2"
+        )
+    )
+    upper = lab.certify("Node-A")
+    lower = lab.certify("node-a", "127.0.0.2", install=False)
+    planned = lab.offboard("--dry-run", node="Node-A")
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert f"certificate: revoke serial {serial_hex(upper)}" in planned.stdout
+    assert serial_hex(lower) not in planned.stdout
+    result = lab.offboard(node="Node-A")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert revoked_serials(lab.ca.directory) == frozenset({serial_hex(upper)})
+
+
+def test_a_host_named_by_its_ip_address_is_revoked_under_that_name(lab: Lab) -> None:
+    """Issue 25 item 3 (c): a host named `127.0.0.1` whose ansible_host is a DNS name
+    (`localhost`): its certificate's first DNS name is `localhost`, yet the record keeps
+    the inventory name, and offboarding revokes it (the node shows nothing)."""
+    port = lab.node.port
+    lab.hosts.write_text(
+        "all:\n  hosts:\n    127.0.0.1:\n      ansible_host: localhost\n"
+        f"      ansible_port: {port}\n      ansible_user: root\n"
+        f"      ansible_ssh_private_key_file: {lab.node.client_key}\n"
+    )
+    key = " ".join(lab.node.host_key_line.split()[:2])
+    lab.known_hosts.write_text(f"[localhost]:{port} {key}\n")
+    cert = lab.certify("127.0.0.1", "localhost", install=False)
+    assert "DNS:localhost" in str(NodeNames.of("127.0.0.1", ["localhost"]))
+    result = lab.offboard(node="127.0.0.1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert revoked_serials(lab.ca.directory) == frozenset({serial_hex(cert)})
+    assert lab.hosts.read_text() == "all:\n  hosts:\n"
+
+
+def test_a_legacy_record_that_may_be_the_nodes_is_said_and_not_revoked(lab: Lab) -> None:
+    """An issued.json entry written before the identity was kept (no names) under the
+    node's address (the first DNS name of a host named by IP, then): maybe the node's, not
+    proved; the plan says so and offboarding revokes only what is proved."""
+    own = lab.certify(install=False)
+    issued = lab.ca.directory / ISSUED_FILE
+    legacy = '{"at": "2027-01-01T00:00:00+00:00", "node": "127.0.0.1", "serial": "abc123"}'
+    issued.write_text(issued.read_text().replace('"issued": [', f'"issued": [\n    {legacy},'))
+    planned = lab.offboard("--dry-run")
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert (
+        "certificate: serial abc123 was recorded as issued to '127.0.0.1' before ctl recorded"
+        " whom it issued to; it may be local's but is not proved to be: not revoked"
+    ) in planned.stdout
+    result = lab.offboard()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert revoked_serials(lab.ca.directory) == frozenset({serial_hex(own)})

@@ -451,3 +451,39 @@ def test_a_vm_that_is_not_ours_is_left_alone_and_reported(pve: Running, key_file
     assert vm is not None and vm.running and vm.config["name"] == "web-3"
     assert pve.fake.calls_to("POST", r".*/status/stop") == []
     assert pve.fake.calls_to("DELETE", r".*") == []
+
+
+def test_a_strangers_vm_with_the_name_is_refused_and_left_byte_for_byte(
+    pve: Running, key_file: Path
+) -> None:
+    """Issue 25 item 2: `ctl provision-node gpu-9` when someone else's gpu-9 exists (no run
+    marker): exit 1 naming the vmid and the Proxmox node, and not one write to that VM."""
+    pve.fake.add_vm(
+        230,
+        "gpu-9",
+        {
+            "scsi0": "local-lvm:vm-230-disk-0,size=32G",
+            "boot": "order=scsi0",
+            "cores": "2",
+            "memory": "4096",
+            "machine": "pc",
+            "description": "bob's test VM",
+        },
+    )
+    before = pve.fake.vm(230)
+    args = arguments(pve, key_file, "--gpu", "h100-a")
+    args[1] = "gpu-9"
+    result = ctl(args, environment(pve))
+    assert result.returncode == 1, result.stderr
+    assert (
+        "error: vmid 230 on node pve is named gpu-9 but is not a VM ctl provisioned: no "
+        "modelfleet-run-… line in its description names it as made by ctl (found: named gpu-9, "
+        'description "bob\'s test VM"); nothing was changed'
+    ) in result.stderr
+    assert (
+        "hint: provision under another name, or rename or remove that VM in Proxmox if it is "
+        "not needed"
+    ) in result.stderr
+    assert result.stdout == ""
+    assert [c for c in pve.fake.calls if c.method != "GET"] == []
+    assert pve.fake.vm(230) == before

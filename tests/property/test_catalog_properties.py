@@ -107,7 +107,7 @@ def profile_dicts(draw: st.DrawFn, name: str, priority: int) -> dict[str, Any]:
 TOKEN_REFS = st.sampled_from(
     (
         {"env": "HF_TOKEN"},
-        {"env": "_T2"},
+        {"env": "_T2_TOKEN"},
         {"file": "~/.hf-token"},
         {"file": "secrets/hf token"},
         {"var": "vault_hf_token"},

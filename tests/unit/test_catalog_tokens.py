@@ -177,9 +177,96 @@ def test_a_malformed_token_reference_is_refused_word_for_word(
     assert errors_of(catalog(model_token, extra)) == [expected]
 
 
+ENV_RULE = (
+    "a token is read only from an environment variable whose name ends in _TOKEN and does not"
+    " start with ANSIBLE_, MODELFLEET_, PROXMOX_, LITELLM_ (docs/catalog.md)"
+)
+VAR_RULE = (
+    "a token is read only from an inventory variable whose name ends in _token and does not"
+    " start with ansible_, modelfleet_ (docs/catalog.md)"
+)
+
+
+@pytest.mark.parametrize(
+    ("model_token", "expected"),
+    [
+        (
+            "token: {var: ansible_become_password}",
+            "catalog.yaml:5: models.llama.token.var: 'ansible_become_password' is not an"
+            " inventory variable meant for a token: ansible_* is reserved for Ansible's and"
+            f" ctl's own settings and secrets; {VAR_RULE}",
+        ),
+        (
+            "token: {var: ansible_galaxy_token}",
+            "catalog.yaml:5: models.llama.token.var: 'ansible_galaxy_token' is not an inventory"
+            " variable meant for a token: ansible_* is reserved for Ansible's and ctl's own"
+            f" settings and secrets; {VAR_RULE}",
+        ),
+        (
+            "token: {var: modelfleet_router_master_key}",
+            "catalog.yaml:5: models.llama.token.var: 'modelfleet_router_master_key' is not an"
+            " inventory variable meant for a token: modelfleet_* is reserved for Ansible's and"
+            f" ctl's own settings and secrets; {VAR_RULE}",
+        ),
+        (
+            "token: {var: vault_db_password}",
+            "catalog.yaml:5: models.llama.token.var: 'vault_db_password' is not an inventory"
+            f" variable meant for a token: its name does not end in _token; {VAR_RULE}",
+        ),
+        (
+            "token: {env: PROXMOX_TOKEN_SECRET}",
+            "catalog.yaml:5: models.llama.token.env: 'PROXMOX_TOKEN_SECRET' is not an"
+            " environment variable meant for a token: PROXMOX_* is reserved for Ansible's and"
+            f" ctl's own settings and secrets; {ENV_RULE}",
+        ),
+        (
+            "token: {env: PROXMOX_API_TOKEN}",
+            "catalog.yaml:5: models.llama.token.env: 'PROXMOX_API_TOKEN' is not an environment"
+            " variable meant for a token: PROXMOX_* is reserved for Ansible's and ctl's own"
+            f" settings and secrets; {ENV_RULE}",
+        ),
+        (
+            "token: {env: ANSIBLE_GALAXY_TOKEN}",
+            "catalog.yaml:5: models.llama.token.env: 'ANSIBLE_GALAXY_TOKEN' is not an"
+            " environment variable meant for a token: ANSIBLE_* is reserved for Ansible's and"
+            f" ctl's own settings and secrets; {ENV_RULE}",
+        ),
+        (
+            "token: {env: LITELLM_MASTER_KEY}",
+            "catalog.yaml:5: models.llama.token.env: 'LITELLM_MASTER_KEY' is not an environment"
+            " variable meant for a token: LITELLM_* is reserved for Ansible's and ctl's own"
+            f" settings and secrets; {ENV_RULE}",
+        ),
+        (
+            "token: {env: _TOKEN}",
+            "catalog.yaml:5: models.llama.token.env: '_TOKEN' is not an environment variable"
+            f" meant for a token: its name does not end in _TOKEN; {ENV_RULE}",
+        ),
+    ],
+    ids=[
+        "become-password", "ansible-var", "router-master-key", "not-a-token-var",
+        "proxmox-secret", "proxmox-token", "ansible-env", "litellm-key", "bare-suffix",
+    ],
+)  # fmt: skip
+def test_a_token_is_read_only_from_a_name_meant_for_one(model_token: str, expected: str) -> None:
+    """Issue 25 item 4: a catalog cannot name Ansible's or ctl's own secrets as a token."""
+    assert errors_of(catalog(model_token)) == [expected]
+
+
+@pytest.mark.parametrize(
+    "written",
+    ["{env: HF_TOKEN}", "{env: HUGGING_FACE_HUB_TOKEN}", "{env: MIRROR_TOKEN}",
+     "{var: vault_hf_token}", "{var: hf_token}"],
+)  # fmt: skip
+def test_names_meant_for_a_token_are_taken(written: str) -> None:
+    token = load(catalog(f"token: {written}")).models["llama"].profiles[0].token
+    assert token is not None
+
+
 def test_a_token_on_a_file_source_is_refused_as_meaningless() -> None:
     text = catalog().replace(
-        'source: "file:///srv/llama.gguf"}', 'source: "file:///srv/llama.gguf", token: {env: T}}'
+        'source: "file:///srv/llama.gguf"}',
+        'source: "file:///srv/llama.gguf", token: {env: T_TOKEN}}',
     )
     assert errors_of(text) == [
         "catalog.yaml:9: models.llama.profiles[2].token: a token is for hf:// and https://"

@@ -840,6 +840,18 @@ ERRORS: list[tuple[str, dict[str, str], list[str]]] = [
         ["hosts.yml:3: gpu.vars.labels: must be a mapping, not a list"],
     ),
     (
+        "a token host is a host name, not a URL",
+        {
+            "hosts.yml": lines("gpu:", "  hosts: {h1: }"),
+            "group_vars/gpu.yml": lines("modelfleet_token_hosts: ['https://mirror.example']"),
+        },
+        [
+            "group_vars/gpu.yml:1: modelfleet_token_hosts[0]: 'https://mirror.example' is not"
+            " a host name: letters, digits and '-' in dot-separated labels, without a scheme,"
+            " a port or a path"
+        ],
+    ),
+    (
         "every problem is reported at once, in file and line order",
         {
             "hosts.yml": lines(

@@ -20,7 +20,10 @@ from cli.errors import InputError
 from cli.pki.certs import NodeNames, serial_hex
 from cli.pki.revocation import (
     CertRecord,
+    NodeCertificates,
+    RevocationFileError,
     is_revoked,
+    issued_to,
     normal_serial,
     parse_records,
     render_records,
@@ -52,7 +55,7 @@ def issue(ca: CertificateAuthority, name: str) -> x509.Certificate:
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
         .sign(key, hashes.SHA256())
     )
-    return ca.issue(csr, NodeNames.of(name, ["127.0.1.3"]), datetime.now(UTC))
+    return ca.issue(csr, NodeNames.of(name, ["127.0.1.3"]), datetime.now(UTC), name)
 
 
 def test_serials_are_compared_as_serial_hex_writes_them() -> None:
@@ -80,6 +83,71 @@ def test_issuing_records_the_serial_and_the_node(ca: CertificateAuthority) -> No
     (record,) = issued_records(ca.directory)
     assert (record.serial, record.node) == (serial_hex(cert), "node-3")
     assert record.at == cert.not_valid_after_utc
+    assert record.names == ("DNS:node-3", "IP:127.0.1.3")
+
+
+def _csr() -> x509.CertificateSigningRequest:
+    key = ec.generate_private_key(ec.SECP256R1())
+    return (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "x")]))
+        .sign(key, hashes.SHA256())
+    )
+
+
+def test_the_record_keeps_the_inventory_name_exactly_beside_the_names_issued(
+    ca: CertificateAuthority,
+) -> None:
+    """Issue 25 item 3: `Node-A` and a host named by an IP whose address is a DNS name are
+    recorded under their inventory names, not the certificate's first DNS name."""
+    upper = ca.issue(_csr(), NodeNames.of("Node-A", ["127.0.1.5"]), NOW, "Node-A")
+    by_ip = ca.issue(_csr(), NodeNames.of("10.9.8.7", ["gpu-9.lab.example"]), NOW, "10.9.8.7")
+    records = {r.serial: r for r in issued_records(ca.directory)}
+    assert records[serial_hex(upper)].node == "Node-A"
+    assert records[serial_hex(upper)].names == ("DNS:node-a", "IP:127.0.1.5")
+    assert records[serial_hex(by_ip)].node == "10.9.8.7"
+    assert records[serial_hex(by_ip)].names == ("DNS:gpu-9.lab.example", "IP:10.9.8.7")
+    text = (ca.directory / "issued.json").read_text()
+    assert '"names": ["DNS:gpu-9.lab.example", "IP:10.9.8.7"], "node": "10.9.8.7"' in text
+
+
+def test_a_nodes_certificates_are_those_issued_to_its_inventory_name_exactly() -> None:
+    names = ("DNS:x",)
+    upper = CertRecord("a1", "Node-A", NOW, names)
+    lower = CertRecord("b2", "node-a", NOW, names)
+    by_ip = CertRecord("c3", "10.9.8.7", NOW, names)
+    records = [upper, lower, by_ip]
+    hosts = ["Node-A", "node-a", "10.9.8.7"]
+    assert issued_to("Node-A", records, hosts) == NodeCertificates((upper,), ())
+    assert issued_to("node-a", records, hosts) == NodeCertificates((lower,), ())
+    assert issued_to("10.9.8.7", records, hosts, "gpu-9.lab.example") == NodeCertificates(
+        (by_ip,), ()
+    )
+    assert issued_to("node-A", records, hosts) == NodeCertificates((), ())
+
+
+def test_a_legacy_entry_counts_only_when_it_is_the_name_exactly_and_unshared() -> None:
+    """Entries written before the identity was kept (no names) hold the first DNS name,
+    lowercased: they count only where that is the inventory name exactly and no other host
+    differs from it in case alone; otherwise they are said, never revoked."""
+    plain = CertRecord("a1", "node-3", NOW)
+    shared = CertRecord("b2", "node-a", NOW)
+    by_address = CertRecord("c3", "gpu-9.lab.example", NOW)
+    records = [plain, shared, by_address]
+    assert issued_to("node-3", records, ["node-3"]) == NodeCertificates((plain,), ())
+    assert issued_to("Node-3", records, ["Node-3"]) == NodeCertificates((), (plain,))
+    twins = ["Node-A", "node-a"]
+    assert issued_to("node-a", records, twins) == NodeCertificates((), (shared,))
+    assert issued_to("Node-A", records, twins) == NodeCertificates((), (shared,))
+    assert issued_to("10.9.8.7", records, ["10.9.8.7"], "gpu-9.lab.example") == (
+        NodeCertificates((), (by_address,))
+    )
+
+
+def test_an_issued_list_with_names_that_are_not_a_list_is_refused() -> None:
+    text = '{"version": 1, "issued": [{"serial": "a", "node": "n", "at": "%s", "names": "x"}]}'
+    with pytest.raises(RevocationFileError, match="'names' is not a list of names"):
+        parse_records(text % NOW.isoformat(), "issued")
 
 
 def test_revoking_writes_the_list_and_a_crl_openssl_verifies(ca: CertificateAuthority) -> None:

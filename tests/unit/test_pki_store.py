@@ -119,7 +119,7 @@ def test_serials_are_random_positive_and_at_most_159_bits(ca: CertificateAuthori
         .public_bytes(serialization.Encoding.PEM)
     )
     names = NodeNames.of("n", ["10.0.0.1"])
-    serials = [ca.issue(csr, names, NOW).serial_number for _ in range(200)]
+    serials = [ca.issue(csr, names, NOW, "n").serial_number for _ in range(200)]
     assert len(set(serials)) == 200
     assert all(0 < serial < 1 << SERIAL_BITS for serial in serials)
     # 159 random bits: with 200 draws, the longest is all but certainly above 150 bits

@@ -147,15 +147,63 @@ def test_a_rerun_finds_the_vm_by_name_and_changes_nothing(pve: Running) -> None:
 
 
 def test_a_rerun_goes_on_where_an_earlier_run_stopped(pve: Running) -> None:
-    """A VM cloned but never configured nor started (the earlier run died) is finished."""
+    """A VM cloned but never configured nor started (the earlier run died) is finished: its
+    clone wrote the earlier run's marker, the proof that it is ours (no tag yet)."""
     pve.fake.add_vm(
-        140, "gpu-7", {"scsi0": "local-lvm:vm-140-disk-0,size=3584M", "boot": "order=scsi0"}
+        140,
+        "gpu-7",
+        {
+            "scsi0": "local-lvm:vm-140-disk-0,size=3584M",
+            "boot": "order=scsi0",
+            "description": "modelfleet-run-0123456789ab",
+        },
     )
     outcome = provision(pve)
     assert (outcome.vmid, outcome.created) == (140, False)
     vm = pve.fake.vm(140)
     assert vm is not None and vm.running and vm.config["scsi0"].endswith("size=100G")
     assert pve.fake.calls_to("POST", r".*/clone") == []
+
+
+def test_a_same_named_vm_ctl_did_not_make_is_refused_and_nothing_is_sent_to_it(
+    pve: Running,
+) -> None:
+    """Issue 25 item 2: a stranger's gpu-7 (no run marker) is never configured, grown or
+    started: only reads reach Proxmox, and its config stays as it was, byte for byte."""
+    foreign = {
+        "scsi0": "local-lvm:vm-140-disk-0,size=32G",
+        "boot": "order=scsi0",
+        "cores": "4",
+        "memory": "8192",
+        "ciuser": "alice",
+        "sshkeys": encode_sshkeys(["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ alice"]),
+        "description": "alice's build box\nmodelfleet-run-not-a-marker",
+    }
+    pve.fake.add_vm(140, "gpu-7", foreign)
+    before = pve.fake.vm(140)
+    assert before is not None
+    error = failure(pve)
+    assert error.message == (
+        "vmid 140 on node pve is named gpu-7 but is not a VM ctl provisioned: no "
+        "modelfleet-run-… line in its description names it as made by ctl (found: named "
+        'gpu-7, description "alice\'s build box"); nothing was changed'
+    )
+    assert (error.code, error.cleanup) == (1, [])
+    assert [c for c in pve.fake.calls if c.method != "GET"] == []
+    assert {(c.method, c.path) for c in pve.fake.calls if "/qemu/140" in c.path} == {
+        ("GET", "/nodes/pve/qemu/140/config")
+    }
+    assert pve.fake.vm(140) == before
+
+
+def test_a_same_named_vm_made_by_another_tool_with_a_marker_like_line_is_refused(
+    pve: Running,
+) -> None:
+    """Only a whole description line `modelfleet-run-` + 12 hex digits is the marker."""
+    pve.fake.add_vm(140, "gpu-7", {"description": "made by modelfleet-run-3f9ac1d2e4b5 once"})
+    error = failure(pve)
+    assert error.message.startswith("vmid 140 on node pve is named gpu-7 but is not a VM ctl")
+    assert [c for c in pve.fake.calls if c.method != "GET"] == []
 
 
 def test_a_running_vm_with_another_config_is_left_as_is_and_said(pve: Running) -> None:

@@ -151,6 +151,36 @@ def test_an_http_source_is_one_file_sized_by_its_content_length(hub: Hub, tmp_pa
     assert (progress["bytes"], progress["total"], progress["state"]) == (300_000, 300_000, "done")
 
 
+def test_a_token_never_reaches_a_host_the_catalog_alone_chose(hub: Hub, tmp_path: Path) -> None:
+    """Issue 25 item 4, on the node: a real HTTP server on 127.0.0.1, reached as `localhost`
+    (a host other than the hub endpoint's 127.0.0.1), stands in for an attacker's host a
+    catalog names as a source. With the token, staging is refused before any request: no
+    Authorization header, no request at all, ever reaches it. Listed in token_hosts (the
+    inventory's modelfleet_token_hosts), it is a mirror the operator allowed."""
+    attacker_root = tmp_path / "attacker"
+    (attacker_root / "files").mkdir(parents=True)
+    (attacker_root / "files" / "bait.gguf").write_bytes(b"gguf" * 1000)
+    with run_hub(attacker_root) as attacker:
+        source = f"http://localhost:{attacker.port}/files/bait.gguf"
+        with pytest.raises(StageError) as refused:
+            stage_module.stage(
+                source, tmp_path / "store", store_directory(source), hub.endpoint, "main",
+                TOKEN, 10,
+            )  # fmt: skip
+        assert str(refused.value) == (
+            f"{source}: the token is not sent to localhost: it goes only to the hub endpoint's"
+            " host or one listed in modelfleet_token_hosts"
+        )
+        assert attacker.tokens_seen == [] and sum(attacker.requests.values()) == 0
+        assert TOKEN not in str(refused.value)
+        allowed = stage_module.stage(
+            source, tmp_path / "store", store_directory(source), hub.endpoint, "main", TOKEN, 10,
+            token_hosts=["LOCALHOST"],
+        )  # fmt: skip
+        assert allowed["bytes"] == 4000
+        assert attacker.tokens_seen == [f"Bearer {TOKEN}"]
+
+
 def test_a_missing_http_file_is_a_staging_failure(hub: Hub, tmp_path: Path) -> None:
     with pytest.raises(StageError, match=r"^downloading nothing.gguf: HTTP 404 Not Found$"):
         stage(hub, tmp_path / "store", f"{hub.endpoint}/files/nothing.gguf")

@@ -12,6 +12,7 @@ from cli.shards.staging import (
     one_per_share,
     staged_path,
     stages,
+    token_destination_problem,
 )
 
 STORE = "/var/lib/modelfleet/models"
@@ -82,3 +83,30 @@ def test_only_weights_no_shard_loads_and_nothing_starting_needs_may_be_evicted()
         "hgx-1": [store_directory("hf://org/b")],  # a in use, c about to start
         "hgx-3": [store_directory("hf://org/a")],
     }
+
+
+@pytest.mark.parametrize(
+    ("source", "endpoint", "hosts", "refused"),
+    [
+        ("hf://org/gated", None, (), False),  # to the fleet's own endpoint
+        ("hf://org/gated", "https://hf-mirror.internal", (), False),
+        ("https://huggingface.co/org/m/resolve/main/m.gguf", None, (), False),
+        ("https://HuggingFace.co:443/m.gguf", None, (), False),
+        ("https://hf-mirror.internal/m.gguf", "https://hf-mirror.internal/", (), False),
+        ("https://files.example/m.gguf", None, ("FILES.example",), False),
+        ("https://evil.example/m.gguf", None, (), True),
+        ("https://evil.example/m.gguf", "https://hf-mirror.internal", ("files.example",), True),
+        ("https://huggingface.co.evil.example/m.gguf", None, (), True),
+        ("https://huggingface.co@evil.example/m.gguf", None, (), True),
+    ],
+)
+def test_a_token_goes_only_to_the_hub_endpoint_or_a_host_the_inventory_allows(
+    source: str, endpoint: str | None, hosts: tuple[str, ...], refused: bool
+) -> None:
+    """Issue 25 item 4: the catalog names the source; the inventory says who gets a token."""
+    problem = token_destination_problem(source, endpoint, hosts)
+    assert (problem is not None) == refused
+    if refused:
+        assert problem is not None and problem.endswith(
+            "nor one the inventory lists in modelfleet_token_hosts: a token goes to no other host"
+        )

@@ -75,6 +75,7 @@ def marked(config: Mapping[str, Any], marker: str) -> bool:
 
 
 _RUN_MARKER = re.compile(re.escape(MARKER_PREFIX) + r"[0-9a-f]{12}")
+_UNMARKED = f"no {MARKER_PREFIX}… line in its description names it as made by ctl"
 
 
 def provisioned_marker(config: Mapping[str, Any], name: str) -> str | None:
@@ -88,6 +89,13 @@ def provisioned_marker(config: Mapping[str, Any], name: str) -> str | None:
     return found[0] if len(found) == 1 and marked(config, found[0]) else None
 
 
+def not_provisioned(config: Mapping[str, Any], name: str) -> str | None:
+    """Why `config` is not a VM `ctl provision-node NAME` made (None: it is, its clone
+    at least): the proof a rerun needs before it configures, grows or starts a VM found by
+    name. A half-made VM of ours passes (its clone wrote the marker; the tag comes later)."""
+    return _UNMARKED if provisioned_marker(config, name) is None else None
+
+
 def not_ours(config: Mapping[str, Any], name: str, marker: str | None) -> str | None:
     """Why `config` is not (or no longer) the VM ctl provisioned as `name` with `marker`
     (None: it is, and may be stopped and destroyed): the one rule a destroy is made on,
@@ -95,7 +103,7 @@ def not_ours(config: Mapping[str, Any], name: str, marker: str | None) -> str | 
     if marker is None:
         marker = provisioned_marker(config, name)
         if marker is None:
-            return f"no {MARKER_PREFIX}… line in its description names it as made by ctl"
+            return _UNMARKED
     if config.get("name") != name:
         return f"it is no longer named {name}"
     if not marked(config, marker):
