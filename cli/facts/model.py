@@ -200,6 +200,10 @@ class NodeFacts(Strict):
     gathered_at: datetime
     last_reached: datetime | None = None  # None: never reached
     error: str | None = None  # why the last attempt failed; None when it succeeded
+    # The first failed attempt since the node was last reached: how long ctl has SEEN it
+    # unreachable, which alone makes it Lost (never the age of last_reached: nobody may
+    # have looked for a week). None while reached, and in facts from before it was kept.
+    unreachable_since: datetime | None = None
     probe_version: str | None = None
     memory: Memory | None = None
     gpus: tuple[Gpu, ...] | None = None

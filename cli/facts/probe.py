@@ -419,10 +419,14 @@ def _sysfs_files(text: str) -> dict[str, str]:
 
 def unreached(previous: NodeFacts | None, now: datetime, error: str) -> NodeFacts:
     """A node not reached now keeps its last known facts and shards: a blip must not look
-    like a node with free GPUs. Only the attempt's time and its error change."""
+    like a node with free GPUs. Only the attempt's time and its error change, and the first
+    failed attempt since it was last reached is kept (from then on it is seen unreachable)."""
     if previous is None:
-        return NodeFacts(gathered_at=now, last_reached=None, error=error)
-    return previous.model_copy(update={"gathered_at": now, "error": error})
+        return NodeFacts(gathered_at=now, last_reached=None, error=error, unreachable_since=now)
+    since = now if previous.error is None else previous.unreachable_since or now
+    return previous.model_copy(
+        update={"gathered_at": now, "error": error, "unreachable_since": since}
+    )
 
 
 def facts_from_attempt(
