@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -22,10 +22,17 @@ from cli.commands.options import (
 
 if TYPE_CHECKING:
     from cli.catalog.load import Catalog
+    from cli.ops.controller import PassRecord
     from cli.ops.fleet import Fleet
     from cli.pki.store import CertificateAuthority
     from cli.reconcile.planner import Plan
     from cli.shards.ansible import PlaybookRun
+
+
+class LogFormat(StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
 
 DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Print the plan; change nothing.")]
 
@@ -57,6 +64,14 @@ def reconcile(
         ),
     ] = False,
     ca_dir: CaDirOption = None,
+    log_format: Annotated[
+        LogFormat,
+        typer.Option(
+            "--log-format",
+            help="With --watch: each event as a line of text, or as a JSON object"
+            " (docs/controller.md).",
+        ),
+    ] = LogFormat.TEXT,
 ) -> None:
     """Start, rebuild, move and drain replicas until the fleet runs what the catalog asks.
 
@@ -66,6 +81,10 @@ def reconcile(
 
     Node certificates past two thirds of their lifetime are renewed when the CA is here
     (--ca-dir); without it, each is said, with how to renew it.
+
+    With --watch, a pass every --interval until SIGTERM or SIGINT: the step under way
+    finishes, what is left undone is said, exit code 0 (a second signal aborts at once).
+    Each pass writes last-pass.json in the state directory (docs/controller.md).
 
     Exit code 0 when the fleet matches the catalog (with --dry-run: when the plan brings
     it there), 1 when something could not be done (a replica unplaceable or failed, a
@@ -79,19 +98,24 @@ def reconcile(
     if as_json and watch:
         console.fail("--json prints one document for one pass: not with --watch")
     pause = parse_duration(interval).total_seconds()
-    while True:
-        if watch:  # each pass says when it ran
-            console.out.print(f"--- pass at {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC ---")
+    if not watch:
         code = reconcile_pass(
             context, catalog, inventory, facts, dry_run, confirmed=yes, as_json=as_json,
             defragment=defragment, ca_dir=ca_dir,
         )  # fmt: skip
-        if not watch:
-            raise SystemExit(code)
-        try:
-            time.sleep(pause)
-        except KeyboardInterrupt:
-            raise SystemExit(code) from None
+        raise SystemExit(code)
+
+    def one_pass(record: PassRecord) -> int:
+        return reconcile_pass(
+            context, catalog, inventory, facts, dry_run, confirmed=yes, defragment=defragment,
+            ca_dir=ca_dir, record=record,
+        )  # fmt: skip
+
+    from cli.commands.controller import run_controller
+
+    raise SystemExit(
+        run_controller(context, one_pass, pause, dry_run, str(log_format), catalog, inventory)
+    )
 
 
 def drain(
@@ -162,16 +186,18 @@ def reconcile_pass(
     as_json: bool = False,
     defragment: bool = False,
     ca_dir: Path | None = None,
+    record: PassRecord | None = None,
 ) -> int:
     """One pass: plan, show, and (not dry_run) carry out, holding the fleet's lock from the
     first fact gathered to the last change, so two passes never plan on the same state.
     Not `confirmed`: a plan that stops most running replicas is asked about first.
     `as_json`: the plan and what was done as one document on stdout (docs/json.md).
     `defragment`: moves that make room are planned too (cli/reconcile/planner.py).
-    `ca_dir`: where the CA that renews node certificates is (default as `ctl ca init`)."""
+    `ca_dir`: where the CA that renews node certificates is (default as `ctl ca init`).
+    `record`: the controller's account of the pass, filled in (cli/ops/controller.py)."""
     args = (
         context, catalog_path, inventory_path, facts_dir, dry_run, evict, force, cordon,
-        confirmed, as_json, defragment, ca_dir,
+        confirmed, as_json, defragment, ca_dir, record,
     )  # fmt: skip
     if dry_run:
         return _reconcile_pass(*args)
@@ -194,6 +220,7 @@ def _reconcile_pass(
     as_json: bool,
     defragment: bool,
     ca_dir: Path | None,
+    record: PassRecord | None,
 ) -> int:
     from cli.commands.inputs import app_context, read_catalog, read_fleet, require_tools
     from cli.ops.reconcile import due_certificates, plan_pass
@@ -218,6 +245,10 @@ def _reconcile_pass(
     )  # fmt: skip
     if not as_json:
         console.print_lines(render_plan(the_plan))
+    if record is not None:
+        from cli.ops.controller import note_plan
+
+        note_plan(record, the_plan, fleet)
     if dry_run:
         incomplete = bool(the_plan.unplaced or the_plan.waits) or fleet.partial
         if as_json:
@@ -227,7 +258,7 @@ def _reconcile_pass(
         return console.EXIT_INCOMPLETE
     return apply_plan(
         context, fleet, the_plan, inventory_path, loaded, as_json=as_json, ca=ca,
-        ca_dir=directory,
+        ca_dir=directory, record=record,
     )  # fmt: skip
 
 
@@ -261,6 +292,7 @@ def apply_plan(
     as_json: bool = False,
     ca: CertificateAuthority | None = None,
     ca_dir: Path | None = None,
+    record: PassRecord | None = None,
 ) -> int:
     """Run `the_plan` on the nodes; say what happened (`as_json`: the plan and the outcome
     as one document); the exit code."""
@@ -274,6 +306,10 @@ def apply_plan(
         on_run=say_run, report=lambda line: console.err.print(console.rich_escape(line)),
         ca=ca, ca_dir=ca_dir,
     )  # fmt: skip
+    if record is not None:
+        from cli.ops.controller import note_outcome
+
+        note_outcome(record, applied.outcome)
     if as_json:
         console.print_json(
             reconcile_json(

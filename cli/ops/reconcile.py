@@ -17,6 +17,7 @@ from pathlib import Path
 
 from cli.catalog.load import Catalog
 from cli.ops.context import AppContext
+from cli.ops.controller import STOP
 from cli.ops.fleet import (
     Fleet,
     model_stores,
@@ -134,6 +135,9 @@ def apply_plan(
     `ca_dir`, router_deployer). The certificates it renews are renewed first, with `ca`,
     so replicas started in this pass load the new ones."""
     ledger = ledger_file(options, inventory_path)
+    if STOP.requested() and not the_plan.empty:  # asked to stop since it was planned
+        left = Outcome(ledger=dict(the_plan.ledger), left_undone=[_whole_plan(the_plan)])
+        return Applied([f"LEFT UNDONE (ctl is stopping): {_whole_plan(the_plan)}"], False, left)
     # Every token the staging needs, read now: one that is missing is said (exit 2) before
     # anything on a node has changed.
     tokens = resolve_tokens(
@@ -177,10 +181,17 @@ def apply_plan(
         evictable=evictable_directories(fleet.snapshot.nodes, _starting(the_plan)),
     )  # fmt: skip
     rng = random.Random(the_plan.now.isoformat())  # the same inputs, the same backoffs
-    outcome = apply(the_plan, executor, fleet.snapshot.now, rng, report, router)
+    outcome = apply(the_plan, executor, fleet.snapshot.now, rng, report, router, STOP.requested)
     said = _renewed_into(outcome, renewed)
     save_ledger(ledger, outcome.ledger)
     return Applied(said + outcome_lines(outcome), complete and outcome.complete, outcome)
+
+
+def _whole_plan(the_plan: Plan) -> str:
+    """A plan in a few words: what a pass that did none of it left undone."""
+    parts = [f"stop {s.replica}" for s in (*the_plan.stops, *the_plan.drains)]
+    parts += [f"start {s.replica}" for s in the_plan.starts]
+    return ", ".join(parts)
 
 
 def renew_planned(
@@ -244,6 +255,7 @@ def outcome_lines(outcome: Outcome) -> list[str]:
     lines += [f"NOT STOPPED {r}: {printable(why)}" for r, why in outcome.stop_failures.items()]
     lines += [f"NOT DRAINED {r}: {why}; it serves on" for r, why in outcome.undrained.items()]
     lines += [f"ROUTERS NOT UPDATED: {printable(why)}" for why in outcome.route_failures]
+    lines += [f"LEFT UNDONE (ctl is stopping): {step}" for step in outcome.left_undone]
     return lines
 
 
