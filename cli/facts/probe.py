@@ -141,8 +141,30 @@ def facts_from_probe(output: str, gathered_at: datetime) -> NodeFacts:
         model_store=model_store,
         gpus_lost=lost,
         certificate=certificate,
+        router_served=router_served(sections.get("router")),
         notes=tuple(notes),
     )
+
+
+def router_served(section: Section | None) -> str | None:
+    """The router section: the line its last deployment left, if the routes file it names
+    (`DIGEST CONFIG-SHA256`) is the one installed and both units are active; else None,
+    and ctl deploys the routes again."""
+    if section is None or section.status != 0:
+        return None
+    fields = dict(line.partition("\t")[::2] for line in section.text.splitlines())
+    served = fields.get("served", "").split()
+    if len(served) != 2 or not all(_HEX64.fullmatch(part) for part in served):
+        return None
+    if fields.get("config", "").strip() != served[1] or fields.get("units", "").split() != [
+        "active",
+        "active",
+    ]:
+        return None
+    return " ".join(served)
+
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 # `systemctl is-active` words → what the shard is while its record exists. `ctl` removes

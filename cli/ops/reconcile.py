@@ -102,10 +102,12 @@ def router_deployer(
     inventory_path: Path,
     on_run: OnRun,
     ca_dir: Path | None = None,
+    every: bool = False,
 ) -> RouterDeployer | None:
     """The deployer for the inventory group `routers`, or None when it has no host. It
     hands the routers the CA's revocation list where the CA is here: `ca_dir`, else
-    MODELFLEET_CA_DIR, else the default of `ctl ca init`."""
+    MODELFLEET_CA_DIR, else the default of `ctl ca init`. It leaves alone the routers that
+    report serving the routes already, unless `every` (`ctl routes --apply`)."""
     hosts = router_hosts(fleet.inventory)
     if not hosts:
         return None
@@ -114,7 +116,17 @@ def router_deployer(
         ca_dir = Path(configured) if configured else default_ca_dir()
     crl = published_crl(ca_dir)
     known_hosts = options.known_hosts(inventory_path)
-    return RouterDeployer(hosts, inventory_path, known_hosts, options.logs, on_run=on_run, crl=crl)
+    # What each router says it serves: a pass whose routes they all serve runs no playbook.
+    served = None if every else {host: _served(fleet, host) for host in hosts}
+    return RouterDeployer(
+        hosts, inventory_path, known_hosts, options.logs, on_run=on_run, crl=crl,
+        served=served, unreached=None if every else fleet.unreached,
+    )  # fmt: skip
+
+
+def _served(fleet: Fleet, host: str) -> str | None:
+    facts = fleet.facts.get(host)
+    return None if facts is None or not facts.reached else facts.router_served
 
 
 def apply_plan(
