@@ -118,10 +118,32 @@ def note_plan(record: PassRecord, the_plan: Plan, fleet: Fleet) -> None:
     record.could_not += [f"{node}: not reached: {why}" for node, why in fleet.unreached.items()]
     record.could_not += [f"{u.model}: not placed" for u in the_plan.unplaced]
     record.could_not += [f"{w.model}: waits out its backoff" for w in the_plan.waits]
+    record.could_not += foreign_gpu_processes(fleet)
     if record.dry_run:
         record.did += [f"would stop {s.replica}: {s.reason}" for s in the_plan.stops]
         record.did += [f"would start {s.replica}: {s.reason}" for s in the_plan.starts]
         record.did += [f"would drain {s.replica}: {s.reason}" for s in the_plan.drains]
+
+
+def foreign_gpu_processes(fleet: Fleet) -> list[str]:
+    """A line for each process on a GPU that no replica of ctl's holds: started by hand, or
+    by something else. ctl never stops it (it is not proven ours); the GPU is not used."""
+    lines = []
+    for view in fleet.snapshot.nodes:
+        facts = fleet.facts.get(view.name)
+        if facts is None or not facts.gpus or not facts.gpu_processes or view.gpus is None:
+            continue
+        index = {gpu.uuid: gpu.index for gpu in facts.gpus}
+        held = {gpu.index for gpu in view.gpus if gpu.held_by is not None}
+        for process in facts.gpu_processes:
+            gpu = index.get(process.gpu_uuid)
+            if gpu is not None and gpu not in held:
+                name = process.process_name.rsplit("/", 1)[-1]
+                lines.append(
+                    f"{view.name} GPU {gpu}: pid {process.pid} {name} is not ctl's:"
+                    " left running, the GPU not used"
+                )
+    return lines
 
 
 def note_outcome(record: PassRecord, outcome: Outcome) -> None:

@@ -6,6 +6,7 @@ cannot write.
 
 from __future__ import annotations
 
+import configparser
 import json
 import shutil
 import signal
@@ -95,6 +96,12 @@ def test_a_catalog_edited_badly_is_said_and_the_next_good_edit_is_picked_up(
         first = controller.last_pass()
         assert first["error"] is None and first["dry_run"] is True
         assert "would start llama-3.1-70b-1: 0 of 2 running" in first["did"]
+        # Started by hand on a GPU the catalog's H100 models want: reported, never stopped.
+        assert (
+            "hgx-2 GPU 5: pid 4121 python3 is not ctl's: left running, the GPU not used"
+            in (first["could_not"])
+        )
+        assert not [line for line in first["did"] if "4121" in line]
         catalog_file.write_text(good + "models: {}\n")  # a second `models:`: no catalog
         bad = controller.wait_for("error:")
         assert f"error: {catalog_file}:" in bad and "duplicate key" in bad, bad
@@ -250,3 +257,75 @@ def test_a_second_signal_aborts_at_once(
     assert not (tmp_path / "state" / "modelfleet" / "last-pass.json").exists()
     assert "Traceback" not in err
     assert list((tmp_path / "shards").iterdir()) == []
+
+
+SYSTEMD = EXAMPLES / "systemd"
+
+
+def systemd_example() -> tuple[configparser.ConfigParser, dict[str, str]]:
+    """The unit (as systemd's INI) and its environment file, read as systemd reads them."""
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.optionxform = str  # type: ignore[assignment,method-assign]
+    unit.read_string((SYSTEMD / "modelfleet-controller.service").read_text())
+    env: dict[str, str] = {}
+    for line in (SYSTEMD / "controller.env").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, value = line.partition("=")
+            env[name] = value
+    return unit, env
+
+
+def test_the_systemd_example_is_a_unit_systemd_accepts_running_what_ctl_reads(
+    tmp_path: Path,
+) -> None:
+    unit, env = systemd_example()
+    service = unit["Service"]
+    assert service["EnvironmentFile"] == "/etc/modelfleet/controller.env"
+    assert service["KillMode"] == "mixed"  # SIGTERM to ctl, not to the playbook under way
+    # Every variable of the environment file is one ctl reads: an option's env var
+    # (docs/cli.md), or the interval the unit's command line passes.
+    reference = " ".join((ROOT / "docs" / "cli.md").read_text().split())
+    for name in env:
+        assert f"env var: {name}" in reference or f"${{{name}}}" in service["ExecStart"], name
+    assert set(env) == {
+        "MODELFLEET_CATALOG", "MODELFLEET_INVENTORY", "MODELFLEET_CA_DIR",
+        "MODELFLEET_INTERVAL", "MODELFLEET_LOST_AFTER",
+    }  # fmt: skip
+    # systemd's own check of the unit, with ctl where this machine has it.
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("no systemd-analyze: install systemd")
+    ctl_here = Path(sys.executable).parent / "ctl"
+    text = (SYSTEMD / "modelfleet-controller.service").read_text()
+    local = tmp_path / "modelfleet-controller.service"
+    local.write_text(text.replace("/opt/modelfleet/venv/bin/ctl", str(ctl_here)))
+    checked = subprocess.run(
+        ["systemd-analyze", "verify", str(local)], capture_output=True, text=True, check=False
+    )
+    assert checked.returncode == 0, checked.stderr
+    # The command line, with the file's variables (pointed at the example fleet), runs.
+    command = service["ExecStart"].replace("${MODELFLEET_INTERVAL}", env["MODELFLEET_INTERVAL"])
+    variables = {
+        **env,
+        "MODELFLEET_CATALOG": str(EXAMPLES / "catalog.yaml"),
+        "MODELFLEET_INVENTORY": str(EXAMPLES / "inventory"),
+        "MODELFLEET_CA_DIR": str(tmp_path / "ca"),
+        "MODELFLEET_FACTS": str(EXAMPLES / "facts"),
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+    }
+    argv = [*command.split()[1:], "--dry-run"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cli", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, cwd=ROOT, env=ctl_environment(variables),
+    )  # fmt: skip
+    assert process.stdout is not None
+    try:
+        while "pass 1 done" not in (line := process.stdout.readline()):
+            assert line, process.stderr.read() if process.stderr else ""
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert (
+        json.loads((tmp_path / "state" / "modelfleet" / "last-pass.json").read_text())["pass"] == 1
+    )
