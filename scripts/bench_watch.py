@@ -144,8 +144,9 @@ def recovery(state: Path, node: str, interval: str, lost_after: str) -> dict[str
     )  # fmt: skip
     try:
         controller.wait(lambda passes: passes and passes[-1]["exit_code"] == 0, 300, "quiet pass")
+        cut = time.time()  # from the stop's start: sshd goes early in the node's shutdown
         testfleet("stop", node)
-        cut = time.time()
+        stopping = time.time() - cut
 
         def replaced(passes: list[dict[str, Any]]) -> float | None:
             started: dict[str, float] = {}
@@ -173,6 +174,7 @@ def recovery(state: Path, node: str, interval: str, lost_after: str) -> dict[str
         "node": node,
         "replicas": lost,
         "seconds": round(seconds, 1),
+        "stop_seconds": round(stopping, 1),  # how long `testfleet stop` itself took
         "orphans_stopped": sorted(line.split()[1] for line in orphans),
         "exit_code": code,
     }
