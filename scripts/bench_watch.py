@@ -103,7 +103,9 @@ class Controller:
 
     def passes(self) -> list[dict[str, Any]]:
         self.log.seek(0)
-        events = [json.loads(line) for line in self.log if line.startswith("{")]
+        # A line still being written has no newline yet: read it next time.
+        lines = [line for line in self.log if line.startswith("{") and line.endswith("\n")]
+        events = [json.loads(line) for line in lines]
         return [event for event in events if event["event"] == "pass"]
 
     def rss_kib(self) -> int:
@@ -222,6 +224,7 @@ def main() -> int:
         figures: dict[str, Any] = {"benchmark": "watch", "no_op": no_op(state, options.rounds)}
         if not options.no_recovery:
             figures["recovery"] = recovery(state, options.cut, options.interval, options.lost_after)
+            print(json.dumps(figures["recovery"]), file=sys.stderr, flush=True)
             settle(state)
         figures["memory"] = memory(state, options.passes)
     goals = {
