@@ -138,7 +138,10 @@ def single_node_replicas(state: Path, node: str) -> list[str]:
 
 def recovery(state: Path, node: str, interval: str, lost_after: str) -> dict[str, Any]:
     lost = single_node_replicas(state, node)
-    assert lost, f"{node} holds no single-node replica"
+    for other in ("node-1", "node-2"):  # where the fleet put none on it: the other one
+        if not lost and other != node:
+            node, lost = other, single_node_replicas(state, other)
+    assert lost, "no node but the router holds a single-node replica"
     models = sorted({replica.rsplit("-", 1)[0] for replica in lost})
     controller = Controller(
         state, "--lost-after", lost_after, "reconcile", "--watch", "--interval", interval,
