@@ -159,6 +159,7 @@ def facts(spec: NodeSpec) -> NodeFacts:
         gathered_at=NOW,
         last_reached=reached,
         error=error,
+        unreachable_since=reached if error is not None else None,  # watched since
         memory=memory,
         gpus=gpus,
         gpu_processes=processes,

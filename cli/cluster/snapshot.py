@@ -203,7 +203,10 @@ def reachability(
     reason = facts.error or "not reached"
     if facts.last_reached is None:
         return Reachability.UNREACHABLE, f"{reason}; never reached"
-    if now - facts.last_reached >= lost_after:
+    # Lost is seen, not inferred: only a node watched failing for the whole lost_after.
+    # A node last reached a week ago that fails once is Unreachable: nobody was looking.
+    seen = facts.unreachable_since
+    if seen is not None and now - seen >= lost_after:
         return Reachability.LOST, reason
     return Reachability.UNREACHABLE, reason
 

@@ -159,7 +159,7 @@ def pass_hooks(
 def _warn(line: str) -> None:
     from cli.ui import console
 
-    console.err.print(line, markup=False, emoji=False, soft_wrap=True)
+    console.err.print(f"warning: {line}", markup=False, emoji=False, soft_wrap=True)
 
 
 def holder() -> str:

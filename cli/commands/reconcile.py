@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import time
-from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,6 +18,15 @@ from cli.commands.options import (
     JsonOption,
     parse_duration,
 )
+
+if TYPE_CHECKING:
+    from cli.ops.controller import PassRecord
+
+
+class LogFormat(StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
 
 DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Print the plan; change nothing.")]
 
@@ -50,6 +58,14 @@ def reconcile(
         ),
     ] = False,
     ca_dir: CaDirOption = None,
+    log_format: Annotated[
+        LogFormat,
+        typer.Option(
+            "--log-format",
+            help="With --watch: each event as a line of text, or as a JSON object"
+            " (docs/controller.md).",
+        ),
+    ] = LogFormat.TEXT,
 ) -> None:
     """Start, rebuild, move and drain replicas until the fleet runs what the catalog asks.
 
@@ -59,6 +75,10 @@ def reconcile(
 
     Node certificates past two thirds of their lifetime are renewed when the CA is here
     (--ca-dir); without it, each is said, with how to renew it.
+
+    With --watch, a pass every --interval until SIGTERM or SIGINT: the step under way
+    finishes, what is left undone is said, exit code 0 (a second signal aborts at once).
+    Each pass writes last-pass.json in the state directory (docs/controller.md).
 
     Exit code 0 when the fleet matches the catalog (with --dry-run: when the plan brings
     it there), 1 when something could not be done (a replica unplaceable or failed, a
@@ -72,19 +92,24 @@ def reconcile(
     if as_json and watch:
         console.fail("--json prints one document for one pass: not with --watch")
     pause = parse_duration(interval).total_seconds()
-    while True:
-        if watch:  # each pass says when it ran
-            console.out.print(f"--- pass at {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC ---")
+    if not watch:
         code = reconcile_pass(
             context, catalog, inventory, facts, dry_run, confirmed=yes, as_json=as_json,
             defragment=defragment, ca_dir=ca_dir,
         )  # fmt: skip
-        if not watch:
-            raise SystemExit(code)
-        try:
-            time.sleep(pause)
-        except KeyboardInterrupt:
-            raise SystemExit(code) from None
+        raise SystemExit(code)
+
+    def one_pass(record: PassRecord) -> int:
+        return reconcile_pass(
+            context, catalog, inventory, facts, dry_run, confirmed=yes, defragment=defragment,
+            ca_dir=ca_dir, record=record,
+        )  # fmt: skip
+
+    from cli.commands.controller import run_controller
+
+    raise SystemExit(
+        run_controller(context, one_pass, pause, dry_run, str(log_format), catalog, inventory)
+    )
 
 
 def drain(
@@ -141,13 +166,15 @@ def reconcile_pass(
     defragment: bool = False,
     ca_dir: Path | None = None,
     write_cordon: bool = False,
+    record: PassRecord | None = None,
 ) -> int:
     """One pass (cli/ops/reconcile.py run_pass), rendered; the exit code.
     Not `confirmed`: a plan that stops most running replicas is asked about first.
     `as_json`: the plan and what was done as one document on stdout (docs/json.md).
     `defragment`: moves that make room are planned too (cli/reconcile/planner.py).
     `ca_dir`: where the CA that renews node certificates is (default as `ctl ca init`).
-    `write_cordon`: the `evict` nodes are cordoned with `cordon` first (drain)."""
+    `write_cordon`: the `evict` nodes are cordoned with `cordon` first (drain).
+    `record`: the controller's account of the pass, filled in (cli/ops/controller.py)."""
     from cli.commands.inputs import app_context, pass_hooks, read_catalog, require_tools
     from cli.commands.locking import lock_timeout_exits
     from cli.ops.reconcile import PassRequest, run_pass
@@ -164,7 +191,13 @@ def reconcile_pass(
     hooks = pass_hooks(context, inventory_path, facts_dir, as_json)
     with lock_timeout_exits(), console.input_errors():
         result = run_pass(app_context(context), request, hooks)
-    assert result.plan is not None  # a whole pass always plans
+    assert result.plan is not None and result.fleet is not None  # a whole pass always plans
+    if record is not None:
+        from cli.ops.controller import note_outcome, note_plan
+
+        note_plan(record, result.plan, result.fleet)
+        if result.applied is not None:
+            note_outcome(record, result.applied.outcome)
     if result.refused is not None:
         return console.EXIT_INCOMPLETE
     if as_json:

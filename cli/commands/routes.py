@@ -88,7 +88,9 @@ def _apply(context: typer.Context, fleet: Fleet, inventory_path: Path, table: Ro
     from cli.routes.deploy import failure_text
     from cli.ui import console
 
-    deployer = router_deployer(app_context(context), fleet, inventory_path, console.say_run)
+    deployer = router_deployer(
+        app_context(context), fleet, inventory_path, console.say_run, every=True
+    )
     if deployer is None:
         console.fail(f"no hosts in the inventory group routers of {inventory_path}")
     failures = deployer.push(table)

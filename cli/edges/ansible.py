@@ -199,7 +199,10 @@ def _run(
     with log.open("w", encoding="utf-8") as output:
         output.write("$ " + " ".join(command) + "\n")
         output.flush()
+        # Its own session: a Ctrl-C on the terminal is ctl's to handle (the controller lets
+        # the step under way finish); if ctl gives up, subprocess.run kills the run.
         completed = subprocess.run(
-            command, stdout=output, stderr=subprocess.STDOUT, env=env, check=False
-        )
+            command, stdout=output, stderr=subprocess.STDOUT, env=env, check=False,
+            start_new_session=True,
+        )  # fmt: skip
     return completed.returncode

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import os
 import selectors
 import socket
@@ -33,6 +34,11 @@ import paramiko
 from cli.edges.files import atomic_write
 
 DEFAULT_PORT = 22
+
+# Every failure becomes the node's one-line reason (describe_failure). Left to Python's
+# last-resort handler, paramiko's transport threads would print their own tracebacks on
+# stderr, late, with a node's words in them: a long-running controller showed them.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 # Bytes per stream: a probe prints some kilobytes (a 1,024-GPU node well under 1 MiB). The
 # read stops here, so a node that prints forever costs ctl this much memory and no more.
 MAX_OUTPUT = 8 * 1024 * 1024

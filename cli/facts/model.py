@@ -200,6 +200,10 @@ class NodeFacts(Strict):
     gathered_at: datetime
     last_reached: datetime | None = None  # None: never reached
     error: str | None = None  # why the last attempt failed; None when it succeeded
+    # The first failed attempt since the node was last reached: how long ctl has SEEN it
+    # unreachable, which alone makes it Lost (never the age of last_reached: nobody may
+    # have looked for a week). None while reached, and in facts from before it was kept.
+    unreachable_since: datetime | None = None
     probe_version: str | None = None
     memory: Memory | None = None
     gpus: tuple[Gpu, ...] | None = None
@@ -217,6 +221,9 @@ class NodeFacts(Strict):
     gpus_lost: int = Field(default=0, ge=0, le=1024)
     # None: no node.pem (the node serves plain HTTP), or facts from before ctl read it.
     certificate: NodeCertificate | None = None
+    # A router's: the routes it serves, as cli/routes/deploy.py `served_line` wrote them,
+    # while its routes file is the one written then and its units run; None otherwise.
+    router_served: str | None = Field(default=None, max_length=256)
     notes: tuple[str, ...] = ()  # what the probe could not read, said plainly
     # The node's inventory variables when the snapshot was saved. Read only for a node the
     # inventory does not have, so a copied file brings its labels and fabrics along.

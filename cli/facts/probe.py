@@ -142,8 +142,30 @@ def facts_from_probe(output: str, gathered_at: datetime) -> NodeFacts:
         model_store=model_store,
         gpus_lost=lost,
         certificate=certificate,
+        router_served=router_served(sections.get("router")),
         notes=tuple(notes),
     )
+
+
+def router_served(section: Section | None) -> str | None:
+    """The router section: the line its last deployment left, if the routes file it names
+    (`DIGEST CONFIG-SHA256`) is the one installed and both units are active; else None,
+    and ctl deploys the routes again."""
+    if section is None or section.status != 0:
+        return None
+    fields = dict(line.partition("\t")[::2] for line in section.text.splitlines())
+    served = fields.get("served", "").split()
+    if len(served) != 2 or not all(_HEX64.fullmatch(part) for part in served):
+        return None
+    if fields.get("config", "").strip() != served[1] or fields.get("units", "").split() != [
+        "active",
+        "active",
+    ]:
+        return None
+    return " ".join(served)
+
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 _SHOWN = 40  # characters of a word systemd should not have said, in its note
@@ -401,10 +423,14 @@ def _sysfs_files(text: str) -> dict[str, str]:
 
 def unreached(previous: NodeFacts | None, now: datetime, error: str) -> NodeFacts:
     """A node not reached now keeps its last known facts and shards: a blip must not look
-    like a node with free GPUs. Only the attempt's time and its error change."""
+    like a node with free GPUs. Only the attempt's time and its error change, and the first
+    failed attempt since it was last reached is kept (from then on it is seen unreachable)."""
     if previous is None:
-        return NodeFacts(gathered_at=now, last_reached=None, error=error)
-    return previous.model_copy(update={"gathered_at": now, "error": error})
+        return NodeFacts(gathered_at=now, last_reached=None, error=error, unreachable_since=now)
+    since = now if previous.error is None else previous.unreachable_since or now
+    return previous.model_copy(
+        update={"gathered_at": now, "error": error, "unreachable_since": since}
+    )
 
 
 def facts_from_attempt(

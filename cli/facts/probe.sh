@@ -132,6 +132,22 @@ for file in node.pem ca.pem; do
 done
 end pki 0
 
+# A router's record of what it serves (docs/routing.md): the line deploy_router.yml wrote
+# once the router served the routes it was given, the digest of the routes file it has
+# now, and whether both its units run. Only ctl's comparison says whether it is current.
+begin router
+ROUTER_DIR=${MODELFLEET_ROUTER_DIR:-/etc/modelfleet/router}
+if [ -r "$ROUTER_DIR/served" ]; then
+  printf 'served\t'; head -c 256 "$ROUTER_DIR/served" | tr -d '\n\t'; printf '\n'
+  printf 'config\t'; sha256sum < "$ROUTER_DIR/config.yaml" 2>/dev/null | cut -c1-64
+  printf 'units\t'
+  systemctl is-active modelfleet-router.service modelfleet-router-front.service 2>/dev/null \
+    | tr '\n' ' '
+  end router 0
+else
+  end router 127
+fi
+
 begin shards
 # One line a shard: its record, a tab, and its unit's state (systemctl is-active), which
 # says whether the process the record describes still runs. One systemctl call for all.

@@ -27,5 +27,5 @@ def open_ca(directory: Path, now: datetime, warn: Callable[[str], None]) -> Cert
         ca.cert.not_valid_after_utc, now, f"the CA certificate {ca.cert_path}"
     )
     if warning is not None:
-        warn(f"warning: {warning}")
+        warn(warning)
     return ca

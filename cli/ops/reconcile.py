@@ -28,6 +28,7 @@ from cli.inventory.load import load_inventory
 from cli.inventory.schema import Inventory
 from cli.ops.ca import ca_directory, open_ca
 from cli.ops.context import AppContext
+from cli.ops.controller import STOP
 from cli.ops.executor import AnsibleExecutor
 from cli.ops.fleet import Fleet, node_targets
 from cli.ops.renew import Renewed, renew_certificates
@@ -287,10 +288,12 @@ def router_deployer(
     inventory_path: Path,
     on_run: OnRun,
     ca_dir: Path | None = None,
+    every: bool = False,
 ) -> RouterDeployer | None:
     """The deployer for the inventory group `routers`, or None when it has no host. It
     hands the routers the CA's revocation list where the CA is here: `ca_dir`, else
-    MODELFLEET_CA_DIR, else the default of `ctl ca init`."""
+    MODELFLEET_CA_DIR, else the default of `ctl ca init`. It leaves alone the routers that
+    report serving the routes already, unless `every` (`ctl routes --apply`)."""
     hosts = router_hosts(fleet.inventory)
     if not hosts:
         return None
@@ -299,7 +302,17 @@ def router_deployer(
         ca_dir = Path(configured) if configured else default_ca_dir()
     crl = published_crl(ca_dir)
     known_hosts = options.known_hosts(inventory_path)
-    return RouterDeployer(hosts, inventory_path, known_hosts, options.logs, on_run=on_run, crl=crl)
+    # What each router says it serves: a pass whose routes they all serve runs no playbook.
+    served = None if every else {host: _served(fleet, host) for host in hosts}
+    return RouterDeployer(
+        hosts, inventory_path, known_hosts, options.logs, on_run=on_run, crl=crl,
+        served=served, unreached=None if every else fleet.unreached,
+    )  # fmt: skip
+
+
+def _served(fleet: Fleet, host: str) -> str | None:
+    facts = fleet.facts.get(host)
+    return None if facts is None or not facts.reached else facts.router_served
 
 
 def apply_plan(
@@ -320,6 +333,9 @@ def apply_plan(
     `ca_dir`, router_deployer). The certificates it renews are renewed first, with `ca`,
     so replicas started in this pass load the new ones."""
     ledger = ledger_file(options, inventory_path)
+    if STOP.requested() and not the_plan.empty:  # asked to stop since it was planned
+        left = Outcome(ledger=dict(the_plan.ledger), left_undone=[_whole_plan(the_plan)])
+        return Applied([f"LEFT UNDONE (ctl is stopping): {_whole_plan(the_plan)}"], False, left)
     # Every token the staging needs, read now: one that is missing is said (exit 2) before
     # anything on a node has changed.
     tokens = resolve_tokens(
@@ -362,10 +378,17 @@ def apply_plan(
         evictable=evictable_directories(fleet.snapshot.nodes, _starting(the_plan)),
     )  # fmt: skip
     rng = random.Random(the_plan.now.isoformat())  # the same inputs, the same backoffs
-    outcome = apply(the_plan, executor, fleet.snapshot.now, rng, report, router)
+    outcome = apply(the_plan, executor, fleet.snapshot.now, rng, report, router, STOP.requested)
     said = _renewed_into(outcome, renewed)
     save_ledger(ledger, outcome.ledger)
     return Applied(said + outcome_lines(outcome), complete and outcome.complete, outcome)
+
+
+def _whole_plan(the_plan: Plan) -> str:
+    """A plan in a few words: what a pass that did none of it left undone."""
+    parts = [f"stop {s.replica}" for s in (*the_plan.stops, *the_plan.drains)]
+    parts += [f"start {s.replica}" for s in the_plan.starts]
+    return ", ".join(parts)
 
 
 def renew_planned(
@@ -429,4 +452,5 @@ def outcome_lines(outcome: Outcome) -> list[str]:
     lines += [f"NOT STOPPED {r}: {why}" for r, why in outcome.stop_failures.items()]
     lines += [f"NOT DRAINED {r}: {why}; it serves on" for r, why in outcome.undrained.items()]
     lines += [f"ROUTERS NOT UPDATED: {why}" for why in outcome.route_failures]
+    lines += [f"LEFT UNDONE (ctl is stopping): {step}" for step in outcome.left_undone]
     return lines

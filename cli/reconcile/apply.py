@@ -102,6 +102,8 @@ class Outcome:
     # engines' side reloads them), and node → why one due was not (cli/ops/renew.py).
     renewed: list[str] = field(default_factory=list)
     not_renewed: dict[str, str] = field(default_factory=dict)
+    # The steps not begun because ctl was asked to stop, each in a few words.
+    left_undone: list[str] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -111,6 +113,7 @@ class Outcome:
             or self.undrained
             or self.route_failures
             or self.not_renewed
+            or self.left_undone
         )
 
 
@@ -121,12 +124,20 @@ def apply(
     rng: random.Random,
     report: Callable[[str], None] = lambda _: None,
     router: Router | None = None,
+    stopping: Callable[[], bool] = lambda: False,
 ) -> Outcome:
+    """`stopping`: asked between steps; once it says yes (ctl was asked to stop), the steps
+    not begun are left undone, each said in `left_undone`, and no replica is left half up:
+    a start begun is finished, and none is drained whose replacement was not routed."""
     outcome = Outcome(ledger=dict(plan.ledger))
     if plan.stops:
         _route(router, [], plan.stops, outcome, report)
         _stop(plan.stops, executor, outcome, report, "stop broken replicas")
-    pending = _stage(plan.starts, executor, outcome, report)
+    starts = plan.starts
+    if starts and stopping():
+        outcome.left_undone.append(f"start {', '.join(s.replica for s in starts)}")
+        starts = ()
+    pending = _stage(starts, executor, outcome, report)
     try:
         workers = [w for start in pending for w in start.workers]
         if workers:
@@ -154,6 +165,11 @@ def apply(
         if stop.replacement is not None and stop.replacement in outcome.failed
     }
     drains = [stop for stop in plan.drains if stop.replica not in outcome.undrained]
+    if (serving or drains) and stopping():
+        # Routed and drained by the next pass: the old replicas serve on till then.
+        undone = [f"route {s.replica}" for s in serving] + [f"drain {s.replica}" for s in drains]
+        outcome.left_undone += undone
+        serving, drains = [], []
     if (serving or drains) and not _route(router, serving, drains, outcome, report):
         # A router may still send them requests: they serve on until the next pass.
         why = f"not drained: the routers could not be updated first ({outcome.route_failures[-1]})"
@@ -173,7 +189,7 @@ def apply(
     if broken:
         _stop([_whole(s, outcome.failed[s.replica]) for s in broken], executor, outcome,
               report, "stop replicas that did not start")  # fmt: skip
-    for start in plan.starts:
+    for start in starts:
         if start.replica in outcome.failed:
             before = outcome.ledger.get(start.model, Backoff())
             started = ShardRecord.model_validate_json(start.leader.record_text).started

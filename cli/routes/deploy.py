@@ -7,6 +7,8 @@ the routers must serve once they have reloaded it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
@@ -14,7 +16,7 @@ from typing import Any
 
 from cli.catalog.load import Catalog
 from cli.cluster.snapshot import Snapshot
-from cli.edges.ansible import PlaybookRun, run_playbook
+from cli.edges.ansible import PlaybookRun, playbook_path, run_playbook
 from cli.inventory.schema import Inventory
 from cli.reconcile.planner import Start, Stop
 from cli.routes.litellm import (
@@ -71,8 +73,16 @@ class RouterDeployer:
         log_dir: Path,
         on_run: Callable[[PlaybookRun], None] = lambda _: None,
         crl: str | None = None,
+        served: Mapping[str, str | None] | None = None,
+        unreached: Mapping[str, str] | None = None,
     ) -> None:
+        """`served`: what each router reported it serves (facts `router_served`): one that
+        already serves the routes is left alone; None: every push runs the playbook on
+        every router. `unreached`: routers not reached this pass, and why: not waited for."""
         self.crl = crl
+        self.served = None if served is None else dict(served)
+        self.unreached = dict(unreached or {})
+        self.skipped = 0  # pushes that found every router serving the routes already
         self.hosts = tuple(hosts)
         self.inventory = inventory
         self.known_hosts = known_hosts
@@ -81,23 +91,45 @@ class RouterDeployer:
         self.runs: list[PlaybookRun] = []
 
     def push(self, table: RouteTable) -> dict[str, str]:
-        """Install, configure and reload every router for `table`; router → why it failed."""
-        run = run_playbook(
-            PLAYBOOK,
-            self.inventory,
-            router_variables(table, crl=self.crl),
-            sorted(self.hosts),
-            self.log_dir,
-            self.known_hosts,
+        """Install, configure and reload every router for `table`, but those that serve
+        it already; router → why it failed."""
+        variables = router_variables(table, crl=self.crl)
+        line = variables["modelfleet_router_served"] = served_line(variables)
+        failures = {
+            host: f"not reached: {why}; its routes not updated"
+            for host, why in self.unreached.items()
+            if host in self.hosts and (self.served or {}).get(host) != line
+        }
+        due = sorted(
+            host
+            for host in self.hosts
+            if host not in failures and (self.served is None or self.served.get(host) != line)
         )
+        if not due:
+            self.skipped += 1
+            return failures
+        run = run_playbook(PLAYBOOK, self.inventory, variables, due, self.log_dir, self.known_hosts)
         self.runs.append(run)
         self.on_run(run)
-        failures: dict[str, str] = {}
         for (host, _), why in run.failures().items():
             failures.setdefault(host, why)
-        if run.returncode != 0 and not failures:
-            failures = dict.fromkeys(self.hosts, f"ansible-playbook exited {run.returncode}")
+        if run.returncode != 0 and not set(failures) & set(due):
+            failures.update(dict.fromkeys(due, f"ansible-playbook exited {run.returncode}"))
+        if self.served is not None:
+            self.served.update({host: line for host in due if host not in failures})
         return failures
+
+
+def served_line(variables: Mapping[str, Any]) -> str:
+    """What a router that has these variables installed serves, as deploy_router.yml
+    records it and the facts probe reads it back: a digest of the variables and of the
+    playbook that installs them, then the SHA-256 of the routes file (so that a file
+    changed since by hand is not taken for the one written)."""
+    playbook = playbook_path(PLAYBOOK).read_bytes()
+    given = json.dumps(variables, sort_keys=True, default=str).encode()
+    digest = hashlib.sha256(hashlib.sha256(playbook).digest() + given).hexdigest()
+    config = str(variables["modelfleet_router_config"]).encode()
+    return f"{digest} {hashlib.sha256(config).hexdigest()}"
 
 
 def failure_text(failures: Mapping[str, str]) -> str:

@@ -134,3 +134,24 @@ def test_bench_stage_downloads_once_per_node_and_never_to_a_holder(
     }  # fmt: skip
     configured = fleet_script.status(fleet_exclusive.state_dir)
     assert tuple(node.name for node, _ in configured) == fleet_exclusive.names
+
+
+def test_bench_watch_runs_no_playbook_for_nothing_and_replaces_a_cut_nodes_replicas(
+    fleet_exclusive: LiveFleet,
+) -> None:
+    figures = bench(
+        "bench_watch.py", "--rounds", "1", "--passes", "20", "--interval", "5s",
+        "--lost-after", "20s", timeout=1500,
+    )  # fmt: skip
+    assert figures["benchmark"] == "watch"
+    assert set(figures["pass"]) == {"no_op", "recovery", "memory"}
+    # A pass with nothing to change ran no playbook: the routers said they serve the routes.
+    assert figures["no_op"]["playbook_runs"] == 0
+    recovery = figures["recovery"]
+    # Each single-node replica of the cut node started elsewhere, and was stopped on the
+    # node once it came back; the controller exited 0 on SIGTERM.
+    assert recovery["replicas"] and recovery["orphans_stopped"] == recovery["replicas"]
+    assert recovery["exit_code"] == 0
+    assert figures["memory"]["passes"] == 20 and figures["memory"]["exit_code"] == 0
+    configured = fleet_script.status(fleet_exclusive.state_dir)
+    assert all(state == "up" for _, state in configured)

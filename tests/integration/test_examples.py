@@ -15,6 +15,7 @@ from cli.catalog.load import load_catalog
 from cli.facts.store import load_facts_dir
 from cli.inventory.load import load_inventory
 from tests.ctl import ROOT, ctl
+from tests.integration.test_controller import systemd_example
 
 EXAMPLES = ROOT / "examples"
 FLEET_ARGS = [
@@ -44,6 +45,12 @@ def test_every_example_file_is_loaded_by_this_test() -> None:
     for path in sorted((EXAMPLES / "testfleet").glob("*.yaml")):
         assert load_catalog(path).models
         loaded.add(path)
+    # The controller's systemd unit and its environment file (tests/integration/
+    # test_controller.py runs them, and under systemd on the test fleet).
+    unit, env = systemd_example()
+    assert unit["Service"]["ExecStart"] and env
+    loaded |= {EXAMPLES / "systemd" / "modelfleet-controller.service"}
+    loaded |= {EXAMPLES / "systemd" / "controller.env"}
     every_file = {p for p in EXAMPLES.rglob("*") if p.is_file()}
     assert every_file == loaded
     assert len(catalog.models) == 8

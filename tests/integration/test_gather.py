@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -277,3 +278,50 @@ def test_place_json_is_complete_only_when_every_node_was_reached(
     assert [p["placed"] for p in document["placements"]] == [True]
     assert document["complete"] is False
     assert document["unreached"] == {"gone": f"connection refused on port {port}"}
+
+
+def test_reconcile_after_a_quiet_spell_leaves_a_node_seen_failing_once_unreachable(
+    tmp_path: Path,
+) -> None:
+    """Issue 28's reproduction: facts last gathered long before, the node cut, a dry run
+    with a short --lost-after. The node has been seen failing once: Unreachable, its
+    replica left alone; only --lost-after of watched failure makes it Lost."""
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(
+        "models:\n  chat:\n    source: file:///srv/chat.gguf\n    profiles:\n"
+        "      - {name: cpu, priority: 1, engine: llama.cpp}\n"
+    )
+    with running_sshd(tmp_path / "sshd") as server:
+        inventory = write_inventory(tmp_path, server)
+        assert run_ctl(tmp_path, "nodes", "--inventory", str(inventory)).returncode == 0
+    # The cache as a controller left it days ago: the node reached, running chat-1.
+    (cached,) = (tmp_path / "state" / "modelfleet" / "facts").glob("*/local.json")
+    record = json.loads(cached.read_text())
+    long_ago = "2020-01-01T00:00:00Z"
+    record.update(gathered_at=long_ago, last_reached=long_ago)
+    record["shards"] = [
+        {"replica": "chat-1", "model": "chat", "profile": "cpu", "rank": 0, "nodes": 1,
+         "gpus": [], "port": 8000, "engine": "llama.cpp", "state": "running",
+         "origin": "reconcile", "source": "file:///srv/chat.gguf"}
+    ]  # fmt: skip
+    cached.write_text(json.dumps(record))
+
+    def dry_run() -> dict[str, Any]:
+        result = run_ctl(
+            tmp_path, "--lost-after", "3s", "--timeout", "2", "reconcile", "--dry-run",
+            "--json", "--catalog", str(catalog), "--inventory", str(inventory),
+        )  # fmt: skip
+        assert result.returncode == 1, result.stderr  # the node is not reached: partial
+        document: dict[str, Any] = json.loads(result.stdout)
+        return document
+
+    blip = dry_run()["plan"]
+    assert blip["stops"] == [] and blip["starts"] == [], blip
+    state = json.loads(cached.read_text())
+    assert state["last_reached"] == "2020-01-01T00:00:00Z"
+    first_failure = state["unreachable_since"]
+    time.sleep(3.5)
+    watched = dry_run()["plan"]
+    assert json.loads(cached.read_text())["unreachable_since"] == first_failure
+    assert [stop["replica"] for stop in watched["stops"]] == ["chat-1"], watched
+    assert "local lost" in watched["stops"][0]["reason"]

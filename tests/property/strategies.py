@@ -538,6 +538,8 @@ def node_input(draw: st.DrawFn, name: str, fleet: Fleet) -> NodeInput:
         gathered_at=NOW,
         last_reached=last_reached,
         error=error,
+        # Watched failing since it was last reached: how long it has been is the age drawn.
+        unreachable_since=last_reached if error is not None else None,
         memory=memory,
         gpus=gpus,
         gpu_processes=processes,

@@ -262,3 +262,28 @@ def test_weights_are_staged_once_per_node_and_source_and_not_again_once_stored()
           random.Random(1))  # fmt: skip
     assert len(fake.running()) == 2
     assert fake.staged == [("hgx-1", "hf://org/small")]  # the second pass found it stored
+
+
+def test_asked_to_stop_before_the_starts_stops_only_the_broken_and_backs_nothing_off() -> None:
+    fake, the_plan = broken_and_retired()
+    outcome = apply(the_plan, fake, NOW, random.Random(1), router=fake, stopping=lambda: True)
+    assert [verb for verb, _ in fake.calls] == ["route", "stop"]  # the step begun first
+    assert outcome.left_undone == ["start big-1", "drain gone-1"]
+    assert "gone-1" in fake.running()  # not drained: nothing replaced it yet
+    assert outcome.started == [] and outcome.ledger == the_plan.ledger
+    assert not outcome.complete
+
+
+def test_asked_to_stop_during_the_starts_finishes_them_and_leaves_routes_and_drains() -> None:
+    fake, the_plan = broken_and_retired()
+    asked: list[bool] = []
+
+    def stopping() -> bool:  # asked first before the starts (no), then after them (yes)
+        asked.append(bool(asked))
+        return asked[-1]
+
+    outcome = apply(the_plan, fake, NOW, random.Random(1), router=fake, stopping=stopping)
+    assert outcome.started == ["big-1"] and "big-1" in fake.running()
+    assert outcome.left_undone == ["route big-1", "drain gone-1"]
+    assert "gone-1" in fake.running() and "gone-1" in fake.routed  # it serves on
+    assert [verb for verb, _ in fake.calls] == ["route", "stop", "stage", "start", "start"]

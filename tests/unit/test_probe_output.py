@@ -141,7 +141,9 @@ def test_an_unreached_node_keeps_what_was_known_and_says_why() -> None:
 
 def test_a_node_never_reached_has_no_facts_and_no_last_reached() -> None:
     facts = facts_from_attempt(None, "connection refused on port 22", None, NOW)
-    assert facts == NodeFacts(gathered_at=NOW, error="connection refused on port 22")
+    assert facts == NodeFacts(
+        gathered_at=NOW, error="connection refused on port 22", unreachable_since=NOW
+    )
 
 
 def test_bad_output_from_a_reached_node_counts_as_unreached() -> None:

@@ -1,0 +1,68 @@
+"""`ctl reconcile --watch`'s wiring: the controller loop (cli/ops/controller.py) around the
+command's own pass, its log on stdout, and the checks made once before the first pass."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Callable
+from pathlib import Path
+
+import typer
+
+from cli.inventory.load import Decrypt
+from cli.ops.controller import STOP, Aborted, PassRecord, unwritable, watch
+
+
+def run_controller(
+    context: typer.Context,
+    one_pass: Callable[[PassRecord], int],
+    interval: float,
+    dry_run: bool,
+    log_format: str,
+    catalog: Path,
+    inventory: Path,
+) -> int:
+    """Passes until a signal asks for a stop (0), or a second one aborts (128 + it)."""
+    from cli.commands.inputs import app_context
+    from cli.ui import console
+    from cli.ui.events import event_logger
+
+    options = app_context(context)
+    why = unwritable(options.state)
+    if why is not None:
+        console.fail(f"{why}; point XDG_STATE_HOME at a directory ctl may write")
+    log = event_logger(log_format)
+
+    def checked_pass(record: PassRecord) -> int:
+        problem = input_problem(options.decrypt(), catalog, inventory)
+        if problem is not None:  # a bad edit: said, nothing changed, read again next pass
+            record.error = problem
+            console.err.print(f"error: {problem}; nothing changed", markup=False)
+            return console.EXIT_BAD_INPUT
+        if log_format == "text":
+            return one_pass(record)
+        # For machines, the pass's own words are in its record: its lines for people go.
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            return one_pass(record)
+
+    STOP.install()
+    try:
+        return watch(checked_pass, interval, options.state, dry_run, log)
+    except Aborted as aborted:
+        log("aborted", {"signal": str(aborted)})
+        return 128 + aborted.signum
+
+
+def input_problem(decrypt: Decrypt | None, catalog: Path, inventory: Path) -> str | None:
+    """Why the catalog or the inventory does not load now, in one line; None when both do."""
+    from cli.catalog.load import load_catalog
+    from cli.errors import InputError
+    from cli.inventory.load import load_inventory
+
+    try:
+        load_catalog(catalog)
+        load_inventory(inventory, decrypt)
+    except InputError as error:
+        return "; ".join(str(problem) for problem in error.problems)
+    return None
