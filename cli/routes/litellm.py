@@ -77,13 +77,17 @@ class RouterSettings:
 
     num_retries: tries on the same model (another replica when one is healthy, at once;
     after a back-off of about a second when the model has a single replica) before its
-    fallbacks. allowed_fails / cooldown_time: a replica that fails this many times in a
-    minute is skipped this long. A replica that stopped answering is taken out by the
-    next `ctl reconcile` or `ctl routes --apply` anyway.
+    fallbacks. allowed_fails / cooldown_time: a replica that fails more than this many
+    times in a minute is skipped this long. A replica that stopped answering is taken out
+    by the next `ctl reconcile` or `ctl routes --apply` anyway.
     """
 
     num_retries: int = 1
-    allowed_fails: int = 1
+    # 0: a replica that failed once is skipped at once, so the one retry goes to another
+    # replica. With 1, the retry of a request the relay could not deliver (in the second
+    # or two before its checks take a dead replica out) picked the same replica half the
+    # time, and failed (the dead-node fleet test saw it).
+    allowed_fails: int = 0
     # A replica the relay has taken out answers 503 at once, so skipping it for long saves
     # little; a short cooldown lets it back soon after the relay has.
     cooldown_time: int = 5  # seconds

@@ -270,7 +270,7 @@ def test_the_litellm_config_has_a_deployment_per_ready_replica() -> None:
     # docs/routing.md: one more try on the same model; a replica failing once is skipped
     # for 5 s; 600 s for a long generation; every deployment health-checked every 30 s.
     settings = {k: v for k, v in router.items() if k not in ("model_group_alias", "fallbacks")}
-    assert settings == {"num_retries": 1, "allowed_fails": 1, "cooldown_time": 5, "timeout": 600}
+    assert settings == {"num_retries": 1, "allowed_fails": 0, "cooldown_time": 5, "timeout": 600}
     assert config["litellm_settings"] == {"request_timeout": 600}
     assert config["general_settings"] == {
         "master_key": "os.environ/LITELLM_MASTER_KEY",
