@@ -232,15 +232,15 @@ def test_a_dead_node_costs_the_clients_nothing(fleet_exclusive: LiveFleet, tmp_p
         time.sleep(1)
         began = time.monotonic()
         stopped = fleet.ssh(ROUTER, "systemctl", "stop", "modelfleet-router.service")
-        took = time.monotonic() - began
+        stop_took = time.monotonic() - began
         longer.thread.join(timeout=60)
         shorter.thread.join(timeout=60)
         print(
-            f"router unit stopped in {took:.1f} s (drain {DRAIN} s), in flight: "
+            f"router unit stopped in {stop_took:.1f} s (drain {DRAIN} s), in flight: "
             f"{shorter.answer[:40]!r}, {longer.answer[:40]!r}"
         )
         assert stopped.returncode == 0, stopped.stderr
-        assert took < DRAIN + 10, took
+        assert stop_took < DRAIN + 10, stop_took
         assert shorter.answer.startswith("chat answered from "), shorter.answer
         assert longer.answer.startswith("failed: "), longer.answer
         assert not longer.thread.is_alive()
