@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import keyword
 import re
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from pydantic import (
     BaseModel,
@@ -21,6 +21,10 @@ from pydantic import (
 
 from cli.engines.specs import ENGINE_NAMES, ENGINE_SPECS
 from cli.inventory.schema import Label
+
+# The router's first-token timeout when a profile sets none (docs/routing.md): long enough
+# for a prompt of a full context to be read on a loaded GPU, short of any client's patience.
+DEFAULT_FIRST_TOKEN_SECONDS: Final = 60
 
 # The engines are the specs' (cli/engines/specs.py): one Literal of their names.
 if TYPE_CHECKING:
@@ -203,6 +207,9 @@ class Profile(Strict):
     context_length: int | None = Field(default=None, ge=1)  # tokens; each engine's own flag
     threads: int | None = Field(default=None, ge=1)  # llama.cpp CPU threads
     drain_seconds: int = Field(default=30, ge=0)  # time in-flight requests get on a stop
+    # How long the router waits for a streamed answer's first token (and each next one)
+    # before giving the request up (docs/routing.md); a healthy replica is never cut.
+    first_token_seconds: int = Field(default=DEFAULT_FIRST_TOKEN_SECONDS, ge=1, le=3600)
     embedding: bool = False  # an embedding server: the engine's embedding mode (its spec's)
     # The engine release the options are checked against; None: the spec's pinned one.
     engine_version: str | None = Field(default=None, pattern=VERSION_PATTERN)

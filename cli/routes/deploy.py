@@ -24,6 +24,7 @@ from cli.routes.litellm import (
     LITELLM_VERSION,
     RouterSettings,
     deployment_ids,
+    relays,
     render,
 )
 from cli.routes.table import RouteTable, route_table
@@ -51,6 +52,8 @@ def router_variables(
     variables: dict[str, Any] = {
         "modelfleet_router_config": render(table, settings),
         "modelfleet_router_deployments": deployment_ids(table),
+        "modelfleet_router_relays": relays(table),
+        "modelfleet_router_relay_port": (settings or RouterSettings()).relay_port,
         "modelfleet_router_tested_version": LITELLM_VERSION,
         "modelfleet_router_tested_constraints": litellm_constraints_file().read_text("utf-8"),
         "modelfleet_router_tls": any(route.tls for route in table.deployments),

@@ -13,6 +13,14 @@
   model that answers for it — keeping the models that have a ready replica. They cover
   replicas that stop answering between two updates of the router.
 - health checks and retries: `RouterSettings`.
+- `api_base` is not the engine's address but the router's relay for the replica,
+  `http://127.0.0.1:RELAY_PORT/REPLICA/v1`: HAProxy on the router (deploy_router.yml, from
+  `relays`) health-checks each replica every second, connects with a short timeout, takes
+  a replica that stops answering out within 3 s and sends its requests to another replica
+  of the model, and speaks TLS to the engines, checking their certificates
+  (docs/routing.md, "Dead replicas"). LiteLLM has no connect timeout of its own to set
+  (its OpenAI clients connect within the whole request timeout) and no way to end a
+  request in flight on a replica that hangs.
 
 Providers (each engine spec's `litellm_provider`, cli/engines/specs.py): vLLM is LiteLLM's
 `hosted_vllm` (its OpenAI-compatible server, no API key
@@ -26,6 +34,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -45,6 +54,10 @@ MASTER_KEY_ENV: Final = "LITELLM_MASTER_KEY"
 # once a node certificate was revoked, the CA's CRL, which files/modelfleet_router_tls.py
 # makes LiteLLM's SSL context check.
 ROUTER_TRUST: Final = "/etc/modelfleet/router/trust.pem"
+# Where LiteLLM reaches the replicas: HAProxy's relay on the router's loopback, one path
+# prefix per replica (deploy_router.yml).
+RELAY_HOST: Final = "127.0.0.1"
+RELAY_PORT: Final = 4002
 # LiteLLM replaces a config string that starts with `os.environ/` by that variable's value
 # (litellm/proxy/proxy_server.py, ProxyConfig._check_for_os_environ_vars, and
 # litellm/secret_managers/main.py get_secret, which also reads `oidc/...` as a token
@@ -64,34 +77,83 @@ class RouterSettings:
 
     num_retries: tries on the same model (another replica when one is healthy, at once;
     after a back-off of about a second when the model has a single replica) before its
-    fallbacks. allowed_fails / cooldown_time: a replica that fails this many times in a
-    minute is skipped this long. A replica that stopped answering is taken out by the
-    next `ctl reconcile` or `ctl routes --apply` anyway.
+    fallbacks. allowed_fails / cooldown_time: a replica that fails more than this many
+    times in a minute is skipped this long. A replica that stopped answering is taken out
+    by the next `ctl reconcile` or `ctl routes --apply` anyway.
     """
 
     num_retries: int = 1
-    allowed_fails: int = 1
-    cooldown_time: int = 30  # seconds
+    # 0: a replica that failed once is skipped at once, so the one retry goes to another
+    # replica. With 1, the retry of a request the relay could not deliver (in the second
+    # or two before its checks take a dead replica out) picked the same replica half the
+    # time, and failed (the dead-node fleet test saw it).
+    allowed_fails: int = 0
+    # A replica the relay has taken out answers 503 at once, so skipping it for long saves
+    # little; a short cooldown lets it back soon after the relay has.
+    cooldown_time: int = 5  # seconds
     request_timeout: int = 600  # seconds: long generations are normal
     background_health_checks: bool = True
     health_check_interval: int = 30  # seconds
+    relay_port: int = RELAY_PORT
 
 
-def deployment(route: ReplicaRoute) -> dict[str, Any]:
+def relay_url(route: ReplicaRoute, relay_port: int = RELAY_PORT) -> str:
+    return f"http://{RELAY_HOST}:{relay_port}/{route.replica}/v1"
+
+
+def deployment(route: ReplicaRoute, relay_port: int = RELAY_PORT) -> dict[str, Any]:
     _refuse_references(route)
     provider = PROVIDERS.get(route.engine, "openai")
-    info: dict[str, Any] = {"id": route.replica}
+    info: dict[str, Any] = {"id": route.replica, "engine_url": route.url}
     if route.embedding:
         info["mode"] = "embedding"  # so its health check embeds rather than chats
     return {
         "model_name": route.model,
         "litellm_params": {
             "model": f"{provider}/{route.model}",
-            "api_base": route.url,
+            "api_base": relay_url(route, relay_port),
             "api_key": "none",
+            # A streamed answer whose first token (or next one) is this late is given up
+            # and tried elsewhere; a whole answer is bounded by `timeout` alone, and a
+            # replica that hangs is cut by the relay's health check instead.
+            "stream_timeout": route.first_token_seconds,
         },
         "model_info": info,
     }
+
+
+def relays(table: RouteTable) -> list[dict[str, Any]]:
+    """What HAProxy relays to, per ready replica: its engine's address and port, whether it
+    serves TLS and the node name its certificate is checked for; and as backups, the
+    other ready replicas of its model, which take its requests while it is out."""
+    servers: dict[str, dict[str, Any]] = {}
+    for route in table.deployments:
+        _refuse_references(route)
+        url = urlsplit(route.url or "")
+        if url.hostname is None or url.port is None or route.node is None:
+            raise ValueError(f"replica {route.replica} has no address to relay to")
+        servers[route.replica] = {
+            "name": route.replica,
+            "address": url.hostname,
+            "port": url.port,
+            "tls": url.scheme == "https",
+            "node": route.node,
+            "model": route.model,
+        }
+    return [
+        {
+            "replica": name,
+            "servers": [
+                server,
+                *(
+                    other
+                    for other in servers.values()
+                    if other["model"] == server["model"] and other["name"] != name
+                ),
+            ],
+        }
+        for name, server in servers.items()
+    ]
 
 
 def litellm_config(table: RouteTable, settings: RouterSettings | None = None) -> dict[str, Any]:
@@ -124,17 +186,11 @@ def litellm_config(table: RouteTable, settings: RouterSettings | None = None) ->
         router["model_group_alias"] = aliases
     if fallbacks:
         router["fallbacks"] = fallbacks
+    # No ssl_verify: LiteLLM speaks plain HTTP to the relay on its own loopback, and the
+    # relay speaks TLS to the engines, checking their certificates (deploy_router.yml).
     litellm_settings: dict[str, Any] = {"request_timeout": settings.request_timeout}
-    if any(route.tls for route in table.deployments):
-        # Engines serving TLS are checked against the fleet's CA, as the router's own node
-        # has it from onboarding, and the CA's CRL: the bundle deploy_router.yml writes.
-        # Set for the whole router: LiteLLM 1.108.7's openai and hosted_vllm clients read
-        # only the global litellm.ssl_verify (llms/openai/common_utils.py,
-        # get_ssl_configuration() with no argument), never a deployment's own `ssl_verify`
-        # (tested on the test fleet: a deployment's was ignored).
-        litellm_settings["ssl_verify"] = ROUTER_TRUST
     return {
-        "model_list": [deployment(r) for r in table.deployments],
+        "model_list": [deployment(r, settings.relay_port) for r in table.deployments],
         "router_settings": router,
         "litellm_settings": litellm_settings,
         "general_settings": {

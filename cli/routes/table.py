@@ -22,6 +22,7 @@ from enum import StrEnum
 from typing import Any
 
 from cli.catalog.load import Catalog, CatalogProfile
+from cli.catalog.schema import DEFAULT_FIRST_TOKEN_SECONDS
 from cli.cluster.snapshot import NodeView, Reachability, Snapshot, checked
 from cli.engines.specs import engine_spec
 from cli.reconcile.planner import Replica, Start, replicas_of
@@ -49,6 +50,7 @@ class ReplicaRoute:
     state: State
     reason: str  # for people, after the replica's name: "starting", "failed: rank 1 on n-2"
     embedding: bool = False  # serves embeddings rather than chat (the engine spec's verdict)
+    first_token_seconds: int = DEFAULT_FIRST_TOKEN_SECONDS  # the router's, from its profile
 
     @property
     def tls(self) -> bool:
@@ -178,6 +180,7 @@ def route_table(
                 state=State.READY,
                 reason="",
                 embedding=serves_embeddings(start.profile),
+                first_token_seconds=start.profile.spec.first_token_seconds,
             )
         )
     ready = {name for name, replicas in routes.items() if any(r.ready for r in replicas)}
@@ -234,6 +237,9 @@ def _replica_route(
         state=state,
         reason=reason,
         embedding=profile is not None and serves_embeddings(profile),
+        first_token_seconds=(
+            DEFAULT_FIRST_TOKEN_SECONDS if profile is None else profile.spec.first_token_seconds
+        ),
     )
 
 

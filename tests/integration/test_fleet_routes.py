@@ -65,16 +65,17 @@ models:
 """
 
 
-def with_router(ctl: Ctl, fleet: LiveFleet) -> None:
-    """node-3 in the inventory group `routers`, with the key clients use; and, when pip on
-    this machine trusts a CA of its own (PIP_CERT: a TLS-inspecting proxy between here
-    and PyPI, which the nodes reach through this machine), that CA on the router."""
+def with_router(ctl: Ctl, fleet: LiveFleet, **more: object) -> None:
+    """node-3 in the inventory group `routers`, with the key clients use and `more` router
+    settings; and, when pip on this machine trusts a CA of its own (PIP_CERT: a
+    TLS-inspecting proxy between here and PyPI, which the nodes reach through this
+    machine), that CA on the router."""
     hosts = ctl.inventory / "hosts.yml"
     data = yaml.safe_load(hosts.read_text())
     data["all"].setdefault("children", {})["routers"] = {"hosts": {ROUTER: None}}
     hosts.write_text(yaml.safe_dump(data, sort_keys=False))
     settings = {"modelfleet_router_master_key": KEY, "modelfleet_router_apply_timeout": 60}
-    settings |= router_group_vars()
+    settings |= router_group_vars() | more
     prepare_router(fleet, ROUTER)
     (ctl.inventory / "group_vars" / "routers.yml").write_text(yaml.safe_dump(settings))
 

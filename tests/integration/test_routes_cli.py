@@ -60,9 +60,17 @@ def test_routes_litellm_prints_a_config_for_the_ready_replicas() -> None:
     result = ctl(*ROUTES, "--litellm")
     assert result.returncode == 1, result.stderr
     config = yaml.safe_load(result.stdout)
-    assert [(d["model_name"], d["litellm_params"]["api_base"]) for d in config["model_list"]] == [
-        ("qwen2.5-coder-14b", "http://hgx-4:8000/v1"),
-        ("llama-3.1-8b", "http://hgx-2:8000/v1"),
+    # Each replica through the router's relay, which knows its engine (engine_url).
+    assert [
+        (d["model_name"], d["litellm_params"]["api_base"], d["model_info"]["engine_url"])
+        for d in config["model_list"]
+    ] == [
+        (
+            "qwen2.5-coder-14b",
+            "http://127.0.0.1:4002/qwen2.5-coder-14b-1/v1",
+            "http://hgx-4:8000/v1",
+        ),
+        ("llama-3.1-8b", "http://127.0.0.1:4002/llama-3.1-8b-1/v1", "http://hgx-2:8000/v1"),
     ]
     assert config["router_settings"]["model_group_alias"]["chat"] == "llama-3.1-8b"
 

@@ -10,6 +10,8 @@ a /proc/meminfo bind-mounted at boot, an InfiniBand sysfs tree and NVIDIA PCI de
     scripts/testfleet status                one line per node
     scripts/testfleet down                  power every node off
     scripts/testfleet stop NODE / start NODE
+    scripts/testfleet cut NODE / heal NODE       drop its packets both ways / undo it
+    scripts/testfleet freeze NODE / thaw NODE    freeze its processes / undo it
     scripts/testfleet specs N               the default specs of N nodes (a --specs template)
     scripts/testfleet check                 can this machine run the fleet?
     scripts/testfleet ssh NODE [COMMAND]    ssh to a node with the fleet's key and known_hosts
@@ -23,6 +25,7 @@ The modules, each importing only those above it: specs (the node specs, pydantic
 spec file format), defaults (the default fleet), hardware (the fake GPUs, HCAs, memory and
 nvidia-smi as files), nodefiles (all a node's files and their install), state (the state
 directory, Node, Fleet, the lock), cgroups, nspawn (booting and stopping containers),
+faults (cut, heal, freeze, thaw: a node that vanishes or hangs),
 rootfs (the debootstrap image), access (keys, known_hosts, inventory), fleet (up, start,
 stop, down, status, clean), cli (argparse). The names below are the API the tests and
 benchmarks use: `from tests import testfleet`.

@@ -96,6 +96,13 @@ def clear_cgroups(cgroups: Sequence[Path], timeout: float = 10.0) -> None:
         remove_cgroup(cgroup)
 
 
+def thaw_cgroups(cgroups: Sequence[Path]) -> None:
+    """Undo `testfleet freeze`: a frozen node would neither shut down nor die on a signal."""
+    for cgroup in cgroups:
+        with contextlib.suppress(OSError):
+            (cgroup / "cgroup.freeze").write_text("0")
+
+
 def join_cgroups(cgroups: Sequence[Path]) -> Callable[[], None]:
     def join() -> None:  # runs in the child between fork and exec
         for cgroup in cgroups:

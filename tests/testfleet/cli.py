@@ -11,6 +11,7 @@ from typing import TextIO
 
 from tests.testfleet.defaults import default_spec
 from tests.testfleet.engines import install_engines
+from tests.testfleet.faults import cut, freeze, heal, thaw
 from tests.testfleet.fleet import clean, down, fleet_or_error, start, status, stop, up
 from tests.testfleet.nspawn import check_host
 from tests.testfleet.router import prepare_router, requests_during
@@ -64,6 +65,14 @@ def _parser() -> argparse.ArgumentParser:
     for name, text in (("stop", "power one node off"), ("start", "boot one node")):
         node_parser = commands.add_parser(name, help=text)
         node_parser.add_argument("node", metavar="NODE")
+    for name, text in (
+        ("cut", "drop every packet to and from one node (it vanishes from the network)"),
+        ("heal", "undo cut"),
+        ("freeze", "freeze one node's cgroup (it accepts connections, answers none)"),
+        ("thaw", "undo freeze"),
+    ):
+        node_parser = commands.add_parser(name, help=text)
+        node_parser.add_argument("node", metavar="NODE")
     specs_parser = commands.add_parser("specs", help="print the default specs of N nodes")
     specs_parser.add_argument("count", type=int, metavar="N")
     commands.add_parser("check", help="can this machine run the fleet?")
@@ -111,6 +120,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if arguments.command == "start":
             start(arguments.node, state=state)
+            return 0
+        faults = {"cut": cut, "heal": heal, "freeze": freeze, "thaw": thaw}
+        if arguments.command in faults:
+            faults[arguments.command](arguments.node, state=state)
             return 0
         if arguments.command == "specs":
             if not 1 <= arguments.count <= MAX_NODES:

@@ -12,6 +12,7 @@ from pathlib import Path
 from tests.testfleet.access import ensure_key, host_key_path, write_access_files
 from tests.testfleet.cgroups import cgroup_roots, clear_cgroups, fleet_cgroup, node_cgroups
 from tests.testfleet.defaults import default_spec
+from tests.testfleet.faults import remove_cut
 from tests.testfleet.hardware import NodeFile
 from tests.testfleet.nodefiles import files_digest, install_node_files, node_files
 from tests.testfleet.nspawn import (
@@ -225,6 +226,10 @@ def down(*, state: Path | None = None, say: Say = print_say) -> tuple[str, ...]:
         ]
         running = tuple(name for name in names if running_pid(state, name) is not None)
         stop_nodes(state, names, say)
+        fleet = load_fleet(state)
+        for node in fleet.nodes if fleet else ():
+            if remove_cut(node.address, node.name):  # the next `up` must reach its sshd
+                say(f"{node.name} healed")
         if not running:
             say("no node was running")
         return running

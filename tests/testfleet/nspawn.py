@@ -25,6 +25,7 @@ from tests.testfleet.cgroups import (
     join_cgroups,
     node_cgroups,
     remove_cgroup,
+    thaw_cgroups,
 )
 from tests.testfleet.nodefiles import SSH_PORT
 from tests.testfleet.specs import FleetError, node_address, node_index
@@ -272,6 +273,8 @@ def stop_nodes(state: Path, names: Sequence[str], say: Say, timeout: float = STO
     and go with them."""
     began = time.monotonic()
     running = {name: pid for name in names if (pid := running_pid(state, name)) is not None}
+    for name in running:
+        thaw_cgroups(node_cgroups(state, name))
     for pid in running.values():
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)

@@ -11,6 +11,7 @@ import yaml
 
 from cli.catalog.load import CatalogProfile
 from cli.catalog.schema import Profile
+from cli.errors import InputError
 from cli.facts.model import ShardRecord
 from cli.reconcile.planner import plan
 from cli.routes.deploy import litellm_constraints_file, router_variables
@@ -195,8 +196,11 @@ def test_embedding_servers_are_told_apart_by_their_profiles_embedding_key() -> N
     assert not table.model("small").endpoints[0].embedding
     config = litellm_config(table)
     info = {d["model_info"]["id"]: d["model_info"] for d in config["model_list"]}
-    assert info["embed-1"] == {"id": "embed-1", "mode": "embedding"}
-    assert info["small-1"] == {"id": "small-1"}
+    assert info["embed-1"] == {
+        "id": "embed-1", "engine_url": "http://10.0.0.1:8003/v1", "mode": "embedding"
+    }  # fmt: skip
+    assert info["small-1"]["id"] == "small-1"
+    assert "mode" not in info["small-1"]
 
 
 @pytest.mark.parametrize(
@@ -242,9 +246,13 @@ def test_the_litellm_config_has_a_deployment_per_ready_replica() -> None:
         "embed",
     ]
     params = {d["model_info"]["id"]: d["litellm_params"] for d in config["model_list"]}
+    # LiteLLM reaches each replica through the router's relay (HAProxy), which checks it.
     assert params["big-1"] == {
-        "model": "openai/big", "api_base": "http://10.0.0.1:8000/v1", "api_key": "none"
+        "model": "openai/big", "api_base": "http://127.0.0.1:4002/big-1/v1", "api_key": "none",
+        "stream_timeout": 60,
     }  # fmt: skip
+    info = {d["model_info"]["id"]: d["model_info"] for d in config["model_list"]}
+    assert info["big-1"] == {"id": "big-1", "engine_url": "http://10.0.0.1:8000/v1"}
     assert params["mid-1"]["model"] == "hosted_vllm/mid"
     assert params["tiny-1"]["model"] == "openai/tiny"
     assert deployment_ids(table) == ["big-1", "embed-1", "mid-1", "small-1", "tiny-1"]
@@ -260,9 +268,9 @@ def test_the_litellm_config_has_a_deployment_per_ready_replica() -> None:
         {"mid": ["tiny"]},
     ]
     # docs/routing.md: one more try on the same model; a replica failing once is skipped
-    # for 30 s; 600 s for a long generation; every deployment health-checked every 30 s.
+    # for 5 s; 600 s for a long generation; every deployment health-checked every 30 s.
     settings = {k: v for k, v in router.items() if k not in ("model_group_alias", "fallbacks")}
-    assert settings == {"num_retries": 1, "allowed_fails": 1, "cooldown_time": 30, "timeout": 600}
+    assert settings == {"num_retries": 1, "allowed_fails": 0, "cooldown_time": 5, "timeout": 600}
     assert config["litellm_settings"] == {"request_timeout": 600}
     assert config["general_settings"] == {
         "master_key": "os.environ/LITELLM_MASTER_KEY",
@@ -343,3 +351,47 @@ def test_the_routers_get_the_tested_dependencies_of_the_tested_litellm() -> None
     variables = router_variables(route_table(MODELS, snapshot(hgx("hgx-1")), ADDRESSES))
     assert variables["modelfleet_router_tested_constraints"] == shipped
     assert variables["modelfleet_router_tested_version"] == LITELLM_VERSION
+
+
+def test_the_relay_and_the_first_token_timeout_come_from_the_table_and_the_profiles() -> None:
+    # A profile's first_token_seconds becomes its replicas' stream_timeout; LiteLLM reaches
+    # every replica through the router's relay, which is told each engine's address and
+    # the other replicas of its model (its backups).
+    models = catalog(
+        """\
+        models:
+          mid:
+            source: hf://org/mid
+            replicas: {min: 2}
+            profiles:
+              - {name: x2, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 2,
+                 first_token_seconds: 240}
+        """
+    )
+    assert models.models["mid"].profiles[0].spec.first_token_seconds == 240
+    shards = [record("mid-1", "mid", "x2", "vllm", port=8004)]
+    other = [record("mid-2", "mid", "x2", "vllm", port=8006)]
+    table = route_table(
+        models, snapshot(hgx("hgx-2", shards=shards), hgx("hgx-3", shards=other)), ADDRESSES
+    )
+    config = litellm_config(table)
+    params = {d["model_info"]["id"]: d["litellm_params"] for d in config["model_list"]}
+    assert params["mid-1"]["stream_timeout"] == 240
+    assert params["mid-2"]["api_base"] == "http://127.0.0.1:4002/mid-2/v1"
+    variables = router_variables(table)
+    assert variables["modelfleet_router_relay_port"] == 4002
+    relayed = {r["replica"]: r["servers"] for r in variables["modelfleet_router_relays"]}
+    assert [(s["name"], s["address"], s["port"]) for s in relayed["mid-1"]] == [
+        ("mid-1", "10.0.0.2", 8004), ("mid-2", "10.0.0.3", 8006)
+    ]  # fmt: skip
+    assert [s["name"] for s in relayed["mid-2"]] == ["mid-2", "mid-1"]
+    with pytest.raises(InputError, match=r"first_token_seconds: must be at least 1, not 0"):
+        catalog(
+            """\
+            models:
+              m:
+                source: hf://org/m
+                profiles:
+                  - {name: p, priority: 1, engine: vllm, first_token_seconds: 0}
+            """
+        )

@@ -17,7 +17,7 @@ from cli.facts.model import NodeCertificate
 from cli.pki.paths import NODE_CERT_PATH, NODE_KEY_PATH
 from cli.reconcile.planner import plan, serving_certificates
 from cli.routes.deploy import router_variables
-from cli.routes.litellm import ROUTER_TRUST, litellm_config, render
+from cli.routes.litellm import litellm_config, relays, render
 from cli.routes.table import route_table
 from cli.shards.units import shard_files
 from tests.builders import NOW, NodeSpec, catalog, hgx, shard, snapshot
@@ -124,7 +124,7 @@ def test_a_new_replica_serves_tls_only_on_a_node_whose_certificate_is_usable_now
     assert files.health_url == f"http{'s' if tls else ''}://10.0.0.1:{files.port}"
 
 
-def test_a_replica_serving_tls_is_routed_over_https_checked_against_the_routers_ca() -> None:
+def test_a_replica_serving_tls_is_relayed_over_https_checked_for_its_node() -> None:
     models = catalog(TINY)
     tls = shard("tiny-1", "tiny", [], profile="cpu", port=8100).model_copy(
         update={"engine": "llama.cpp", "certificate": "1f2e"}
@@ -135,18 +135,21 @@ def test_a_replica_serving_tls_is_routed_over_https_checked_against_the_routers_
     fleet = snapshot(NodeSpec("cpu-1", shards=[tls]), hgx("cpu-2", shards=[plain]))
     table = route_table(models, fleet, {"cpu-1": "10.0.0.1", "cpu-2": "10.0.0.2"})
     config = litellm_config(table)
-    params = {d["model_info"]["id"]: d["litellm_params"] for d in config["model_list"]}
-    assert params["tiny-1"] == {
-        "model": "openai/tiny", "api_base": "https://10.0.0.1:8100/v1", "api_key": "none"
-    }  # fmt: skip
-    assert params["tiny-2"] == {
-        "model": "openai/tiny", "api_base": "http://10.0.0.2:8101/v1", "api_key": "none"
-    }  # fmt: skip
-    # For the whole router: LiteLLM's openai clients read no deployment's own ssl_verify.
-    assert config["litellm_settings"] == {"request_timeout": 600, "ssl_verify": ROUTER_TRUST}
-    assert yaml.safe_load(render(table))["litellm_settings"]["ssl_verify"] == ROUTER_TRUST
-    only_plain = route_table(models, snapshot(hgx("cpu-2", shards=[plain])), {"cpu-2": "10.0.0.2"})
-    assert "ssl_verify" not in litellm_config(only_plain)["litellm_settings"]
+    info = {d["model_info"]["id"]: d["model_info"] for d in config["model_list"]}
+    assert info["tiny-1"]["engine_url"] == "https://10.0.0.1:8100/v1"
+    assert info["tiny-2"]["engine_url"] == "http://10.0.0.2:8101/v1"
+    # LiteLLM speaks plain HTTP to the relay on its own loopback; the relay speaks TLS to
+    # the engine that serves it, checking the certificate for the node's name.
+    assert "ssl_verify" not in config["litellm_settings"]
+    assert "ssl_verify" not in yaml.safe_load(render(table))["litellm_settings"]
+    servers = {r["replica"]: r["servers"] for r in relays(table)}
+    assert servers["tiny-1"] == [
+        {"name": "tiny-1", "address": "10.0.0.1", "port": 8100, "tls": True, "node": "cpu-1",
+         "model": "tiny"},
+        {"name": "tiny-2", "address": "10.0.0.2", "port": 8101, "tls": False, "node": "cpu-2",
+         "model": "tiny"},
+    ]  # fmt: skip
+    assert [s["name"] for s in servers["tiny-2"]] == ["tiny-2", "tiny-1"]  # the other: backup
 
 
 def tiny_record(replica: str, serial: str | None, engine: str = "llama.cpp") -> object:
