@@ -115,6 +115,7 @@ def test_bench_apply_starts_and_stops_every_replica_both_ways(
     }
 
 
+@pytest.mark.fleet
 def test_bench_stage_downloads_once_per_node_and_never_to_a_holder(
     fleet_exclusive: LiveFleet,
 ) -> None:
