@@ -21,7 +21,8 @@ def _test_functions(path: Path) -> set[str]:
     return {
         node.name
         for node in ast.walk(tree)
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test_")
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.name.startswith("test_")
     }
 
 
