@@ -23,6 +23,7 @@ from tests.testfleet.nspawn import (
     launch,
     node_state,
     preflight,
+    raise_inotify_limits,
     running_pid,
     stop_nodes,
     wait_for_sshd,
@@ -110,6 +111,7 @@ def up(
     problem = check_host()
     if problem is not None:
         raise FleetError(f"this machine cannot run the test fleet: {problem}")
+    raise_inotify_limits(count, say)
     with locked(state, say):
         previous = load_fleet(state)
         kept = {node.name: node.spec for node in previous.nodes} if previous else {}

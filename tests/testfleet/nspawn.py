@@ -35,6 +35,22 @@ BOOT_TIMEOUT: Final = 60.0  # seconds for one node's sshd to answer, from its st
 BOOT_TIMEOUT_PER_EXTRA_NODE: Final = 3.0  # nodes booting at once share the CPUs
 STOP_TIMEOUT: Final = 30.0  # seconds for a clean poweroff before SIGKILL
 
+# Every node's systemd, journald, logind and dbus hold inotify instances, counted against
+# root's fs.inotify.max_user_instances (the nodes share the host's root): 8 a node at rest
+# and 27-30 watches, measured on a booted fleet (docs/testfleet.md). A stock kernel's 128
+# instances boot about 18 nodes, then systemd in the next ones says "Too many open files".
+# The allowance has room for a boot's peak and the host's own users.
+INOTIFY_LIMITS: Final = Path("/proc/sys/fs/inotify")
+INOTIFY_PER_NODE: Final = {"max_user_instances": 12, "max_user_watches": 256}
+INOTIFY_HOST: Final = {"max_user_instances": 128, "max_user_watches": 8192}
+# What a node's console says when it will not come up, from systemd's src/core/main.c
+# (the manager could not be made: "Failed to allocate manager object", then "Freezing
+# execution") and from any unit out of inotify instances or descriptors.
+FATAL_CONSOLE: Final = re.compile(
+    r"Failed to allocate manager object|Freezing execution|Too many open files"
+)
+FATAL_GRACE: Final = 5.0  # seconds a node has to answer after such a line, before it fails
+
 
 def check_host() -> str | None:
     """Why this machine cannot run the fleet's containers, or None when it can."""
@@ -235,20 +251,74 @@ def launch(state: Path, name: str) -> int:
     return process.pid
 
 
+def inotify_needs(nodes: int) -> dict[str, int]:
+    """The inotify limits `nodes` nodes need (INOTIFY_PER_NODE)."""
+    return {key: INOTIFY_HOST[key] + nodes * each for key, each in INOTIFY_PER_NODE.items()}
+
+
+def raise_inotify_limits(nodes: int, say: Say, limits: Path = INOTIFY_LIMITS) -> None:
+    """Raise the kernel's inotify limits to what `nodes` nodes need, saying so; never lower
+    them. Where they cannot be written (a read-only /proc/sys), a warning: the nodes that
+    run out say so on their consoles, and wait_for_sshd reports it within seconds."""
+    for key, need in inotify_needs(nodes).items():
+        path = limits / key
+        try:
+            have = int(path.read_text())
+        except (OSError, ValueError) as error:
+            say(f"warning: cannot read fs.inotify.{key} ({error}); booting all the same")
+            continue
+        if have >= need:
+            continue
+        try:
+            path.write_text(f"{need}\n")
+        except OSError as error:
+            say(
+                f"warning: fs.inotify.{key} is {have}, {nodes} nodes need {need}, and it cannot"
+                f" be raised here ({error.strerror}): sysctl -w fs.inotify.{key}={need}"
+            )
+            continue
+        say(
+            f"raised fs.inotify.{key} from {have} to {need}: each node's systemd needs"
+            f" about {INOTIFY_PER_NODE[key]}"
+        )
+
+
+def fatal_console_line(path: Path, window: int = 16384) -> str | None:
+    """The last line of a node's console (its last `window` bytes) saying that it will not
+    come up (FATAL_CONSOLE), as text; None when there is none."""
+    try:
+        with path.open("rb") as console:
+            console.seek(max(console.seek(0, os.SEEK_END) - window, 0))
+            tail = console.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    ansi = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+    fatal = [line for line in tail.splitlines() if FATAL_CONSOLE.search(line)]
+    return ansi.sub("", fatal[-1]).strip() if fatal else None
+
+
 def wait_for_sshd(state: Path, names: Sequence[str], timeout: float, say: Say) -> None:
-    """Until every node's sshd answers; a node whose nspawn exits or that takes longer than
+    """Until every node's sshd answers; a node whose nspawn exits, whose console says it will
+    not come up (FATAL_CONSOLE, then FATAL_GRACE seconds), or that takes longer than
     `timeout` is stopped and reported."""
     began = time.monotonic()
     pending = list(names)
     failed: list[str] = []
+    doomed: dict[str, float] = {}  # node → when its console first said it will not come up
     while pending:
         for name in list(pending):
             address = node_address(node_index(name))
+            console = node_dir(state, name) / "console.log"
             if running_pid(state, name) is None:
                 failed.append(f"{name}: systemd-nspawn exited while booting")
                 pending.remove(name)
             elif _sshd_answers(address, timeout=0.5):
                 say(f"{name} up at {address} ({time.monotonic() - began:.1f} s)")
+                pending.remove(name)
+            elif (line := fatal_console_line(console)) is not None and (
+                time.monotonic() - doomed.setdefault(name, time.monotonic()) > FATAL_GRACE
+            ):
+                failed.append(f"{name}: its console says {line!r}")
                 pending.remove(name)
             elif time.monotonic() - began > timeout:
                 failed.append(f"{name}: sshd did not answer on {address}:22 in {timeout:.0f} s")
