@@ -73,8 +73,11 @@ def test_the_sample_shows_every_setting_the_playbooks_read_from_the_inventory() 
         "modelfleet_router_tls",
         "modelfleet_router_crl",
         "modelfleet_router_crl_clear",
+        "modelfleet_router_relays",
+        "modelfleet_router_relay_port",
+        "modelfleet_router_served",
     }
-    assert len(read - passed_by_ctl) == 16  # become, 2 health, 13 router settings
+    assert len(read - passed_by_ctl) == 18  # become, 2 health, 15 router settings
     sample = "".join(path.read_text() for path in SAMPLE.rglob("*.yml"))
     for name in read - passed_by_ctl:
         assert re.search(rf"^# {name}: ", sample, re.MULTILINE), name
