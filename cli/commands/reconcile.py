@@ -139,13 +139,14 @@ def drain(
     drain it"). The pass also does whatever else reconcile would. Exit code 0 when all of it was
     done, 1 when something could not be (as reconcile's), 2 on bad input (an unknown node)."""
     from cli.commands.inputs import app_context, require_tools
+    from cli.edges.templating import render_template
     from cli.inventory.load import load_inventory
     from cli.ui import console
 
     if facts is not None and not dry_run:
         console.fail("--facts reads a snapshot: use it with --dry-run; draining needs live facts")
     with console.input_errors():
-        load_inventory(inventory, app_context(context).decrypt()).find(node)
+        load_inventory(inventory, app_context(context).decrypt(), render=render_template).find(node)
     if not dry_run:
         require_tools("ansible-playbook")  # before the cordon is written
     code = reconcile_pass(

@@ -30,8 +30,11 @@ Where we are stricter than Ansible, which would only warn: an unknown key in a g
 misspelt `host:`), a group that is not a mapping, an empty host range. And values of our
 keys (labels, fabrics, cordoned, gpu_classes) and of the SSH settings are checked wherever
 they are written, even where a higher-precedence value hides them, so an error points at
-the line that has it. Values are not templated (ansible-inventory --list does not either):
-a Jinja expression in one of those keys is refused rather than used as a literal.
+the line that has it. Values are not templated by ansible-inventory --list; Ansible
+renders them as it uses them, with the host's variables. Given a `render` (ansible-core's
+own templating, cli/edges/templating.py, which refuses lookups), a Jinja expression in one
+of those keys is rendered so, and the value it renders to checked at the template's line;
+without one it is refused rather than used as a literal.
 
 About 800 lines: Ansible's reading rules are one thing (where a variable comes from
 decides what wins), and the test that holds them to `ansible-inventory --list`
@@ -63,7 +66,14 @@ from cli.inventory.schema import (
 from cli.names import control_character, file_in, file_name_problem, shown_name
 from cli.regularfile import read_regular_file
 from cli.schemaerrors import problems_from_validation
-from cli.yamlsource import MAX_SOURCE_BYTES, YamlDocument, decode_source, parse_yaml, yaml_kind
+from cli.yamlsource import (
+    MAX_SOURCE_BYTES,
+    VaultedValue,
+    YamlDocument,
+    decode_source,
+    parse_yaml,
+    yaml_kind,
+)
 
 YAML_EXTENSIONS = (".yml", ".yaml", ".json")
 IGNORED_NAMES = frozenset({"group_vars", "host_vars", "vars_plugins"})
@@ -158,9 +168,10 @@ def inventory_from_texts(
     files: Sequence[SourceText],
     group_vars: Mapping[str, Sequence[SourceText]] | None = None,
     host_vars: Mapping[str, Sequence[SourceText]] | None = None,
+    render: Render | None = None,
 ) -> Inventory:
     """Inventory files, and the group_vars/host_vars files found for each name → Inventory."""
-    return resolve(parse_sources(files), source, group_vars or {}, host_vars or {})
+    return resolve(parse_sources(files), source, group_vars or {}, host_vars or {}, render)
 
 
 def parse_sources(files: Sequence[SourceText]) -> InventoryTree:
@@ -294,10 +305,12 @@ def resolve(
     source: str,
     group_vars: Mapping[str, Sequence[SourceText]],
     host_vars: Mapping[str, Sequence[SourceText]],
+    render: Render | None = None,
 ) -> Inventory:
     """Merge every host's variables by Ansible's precedence and check ours; raises InputError.
 
     `group_vars` and `host_vars` map a group or host name to its files, in merge order.
+    `render`: how a template in one of our keys is rendered; None refuses it.
     """
     problems: list[InputProblem] = []
     warnings: list[str] = []
@@ -316,7 +329,8 @@ def resolve(
         for key, var in layer.items():
             if key in EXPOSED_KEYS and (var.origin, var.path) not in checked:
                 checked.add((var.origin, var.path))
-                problems.extend(_check(key, var))
+                if render is None or _template_in(var.value) is None:
+                    problems.extend(_check(key, var))
     if problems:
         raise InputError(problems)
 
@@ -341,13 +355,59 @@ def resolve(
             merged |= group_files[name]
         merged |= host.vars
         merged |= host_files[host.name]
+        if render is not None:
+            rendered = _rendered(host.name, ("all", *ordered), merged, render)
+            if isinstance(rendered, list):
+                problems += rendered
+                continue
+            merged = rendered
         hosts.append(_host(host.name, ("all", *ordered), merged))
         unfollowed = _unfollowed_connection(host.name, merged.get(CONNECTION_PLUGIN_KEY))
         if unfollowed is not None:
             warnings.append(unfollowed)
 
+    if problems:  # a group's template that fails fails for each of its hosts: said once
+        raise InputError(list(dict.fromkeys(problems)))
     groups = {group: tuple(names) for group, names in members.items()}
     return Inventory(source=source, hosts=tuple(hosts), groups=groups, warnings=tuple(warnings))
+
+
+def _rendered(
+    host: str,
+    groups: tuple[str, ...],
+    merged: Mapping[str, _Var],
+    render: Render,
+) -> dict[str, _Var] | list[InputProblem]:
+    """The host's variables with a template in any of our keys rendered as Ansible would
+    render it for this host; or the problems, each rendered value checked where its
+    template is written."""
+    templated = [
+        key for key in EXPOSED_KEYS if key in merged and _template_in(merged[key].value) is not None
+    ]
+    if not templated:
+        return dict(merged)
+    variables: dict[str, Any] = {
+        key: var.value for key, var in merged.items() if not isinstance(var.value, VaultedValue)
+    }
+    # The magic variables an inventory's templates use (Ansible's, of the same names).
+    variables |= {
+        "inventory_hostname": host,
+        "inventory_hostname_short": host.split(".", 1)[0],
+        "group_names": sorted(group for group in groups if group != "all"),
+    }
+    rendered = dict(merged)
+    problems: list[InputProblem] = []
+    for key in templated:
+        var = merged[key]
+        where = _template_in(var.value) or ()
+        try:
+            value = render(var.value, variables)
+        except ValueError as error:
+            problems.append(var.doc.problem(var.path + where, str(error)))
+            continue
+        rendered[key] = _Var(value, var.doc, var.path)
+        problems.extend(_check(key, rendered[key]))
+    return problems or rendered
 
 
 def _unfollowed_connection(host: str, var: _Var | None) -> str | None:
@@ -394,6 +454,9 @@ def _host(name: str, groups: tuple[str, ...], merged: Mapping[str, _Var]) -> Hos
 
 VAULT_HEADER = "$ANSIBLE_VAULT;"  # a file ansible-vault encrypted whole
 Decrypt = Callable[[str, str], str]  # (file, its vaulted text) → its plain text
+# (a value holding templates, the host's variables) → the value rendered; ValueError (its
+# message the reason) for a template it refuses or cannot render.
+Render = Callable[[Any, Mapping[str, Any]], Any]
 
 
 def is_vaulted(source: SourceText) -> bool:
@@ -758,13 +821,15 @@ def _key(key: Any) -> str | int:
 # --- the I/O half -------------------------------------------------------------------------
 
 
-def load_inventory(path: Path, decrypt: Decrypt | None = None) -> Inventory:
+def load_inventory(
+    path: Path, decrypt: Decrypt | None = None, render: Render | None = None
+) -> Inventory:
     """Read the inventory at `path` (a file or a directory, as `ansible-inventory -i` takes).
 
     `decrypt` (file, text) → text opens files ansible-vault encrypted whole, as Ansible does
     given the password (cli/edges/vault.py); without it such a variables file is skipped
     with a warning, and such an inventory source refused. Raises InputError naming the file,
-    line and key of every problem found.
+    line and key of every problem found. `render` renders a template in ctl's keys (above).
     """
     files = [_opened(source, decrypt) for source in read_sources(path)]
     tree = parse_sources(files)
@@ -780,7 +845,7 @@ def load_inventory(path: Path, decrypt: Decrypt | None = None) -> Inventory:
     }
     if problems:
         raise InputError(problems)
-    return resolve(tree, str(path), group_vars, host_vars)
+    return resolve(tree, str(path), group_vars, host_vars, render)
 
 
 def _opened(source: SourceText, decrypt: Decrypt | None) -> SourceText:

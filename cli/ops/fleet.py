@@ -13,6 +13,7 @@ from functools import cached_property
 from pathlib import Path
 
 from cli.cluster.snapshot import Snapshot, build_snapshot
+from cli.edges.templating import render_template
 from cli.errors import InputError
 from cli.facts.cache import FactsCache
 from cli.facts.gather import Target, gather
@@ -152,7 +153,7 @@ def load_fleet(
 ) -> Fleet:
     """The inventory at `inventory_path` and its facts: from the snapshot `facts_dir`, or
     gathered live now. Bad input raises InputError; a node not reached is in `unreached`."""
-    inventory = load_inventory(inventory_path, options.decrypt())
+    inventory = load_inventory(inventory_path, options.decrypt(), render=render_template)
     return fleet_of(options, inventory, inventory_path, facts_dir, on_progress)
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from ruamel.yaml.nodes import MappingNode, Node
 
+from cli.edges.templating import render_template
 from cli.errors import InputError
 from cli.inventory.cordon import FileEdit, InventoryTexts
 from cli.inventory.edit import read_texts, write_verified
@@ -303,7 +304,7 @@ def commit_host(plan: HostPlan, inventory: Path, before: Inventory | None) -> In
     anything is not as planned."""
 
     def verify() -> Inventory:
-        after = load_inventory(inventory)
+        after = load_inventory(inventory, render=render_template)
         problem = _mismatch(plan, before, after)
         if problem is not None:
             raise InputError.single(
