@@ -65,7 +65,9 @@ def read_texts(inventory: Path, node: str) -> InventoryTexts:
         if path.exists():
             vars_file = str(path)
             break
-    return InventoryTexts(str(inventory), sources, group_vars, host_vars, vars_file, vars_dir)
+    return InventoryTexts(
+        str(inventory), sources, group_vars, host_vars, vars_file, vars_dir, render_template
+    )
 
 
 def cordon_node(inventory: Path, node: str, reason: str, decrypt: Decrypt | None = None) -> str:

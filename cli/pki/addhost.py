@@ -180,11 +180,14 @@ def new_inventory_texts(inventory: Path) -> InventoryTexts:
         {},
         (),
         str(base / "host_vars" / "none.yml"),
+        render=render_template,
     )
 
 
 def _evaluate(texts: InventoryTexts, sources: Sequence[SourceText], name: str) -> Inventory:
-    return inventory_from_texts(texts.source, sources, texts.group_vars, {name: texts.host_vars})
+    return inventory_from_texts(
+        texts.source, sources, texts.group_vars, {name: texts.host_vars}, texts.render
+    )
 
 
 def _check_host(host: Host, new: NewHost, file: str) -> None:
@@ -294,8 +297,9 @@ def read_inventory_texts(inventory: Path, name: str) -> InventoryTexts:
     if not texts.sources and inventory.is_dir():
         new = new_inventory_texts(inventory)
         return InventoryTexts(
-            texts.source, new.sources, texts.group_vars, texts.host_vars, texts.vars_file
-        )
+            texts.source, new.sources, texts.group_vars, texts.host_vars, texts.vars_file,
+            render=texts.render,
+        )  # fmt: skip
     return texts
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -116,3 +117,16 @@ def test_ctl_nodes_reads_the_templated_inventory(tmp_path: Path) -> None:
 
     assert re.search(r"^grigri +Ready", shown.stdout, re.M), shown.stderr
     assert "ansible_user" not in shown.stderr  # read, not refused
+
+
+def test_cordon_and_uncordon_edit_the_templated_inventory(tmp_path: Path) -> None:
+    copy = tmp_path / "homelab"
+    shutil.copytree(HOMELAB, copy)
+
+    cordoned = ctl("cordon", "grigri", "--reason", "disk", "--inventory", str(copy))
+    uncordoned = ctl("uncordon", "grigri", "--inventory", str(copy))
+
+    assert cordoned.returncode == 0, cordoned.stderr
+    assert 'grigri cordoned: "disk"' in cordoned.stdout
+    assert uncordoned.returncode == 0, uncordoned.stderr
+    assert load_inventory(copy, render=render_template).host("grigri").vars.cordoned is None
