@@ -35,6 +35,7 @@ class Target:
     user: str | None = None
     key_file: str | None = None
     model_store: str | None = None  # modelfleet_model_store; None: the probe's default
+    refused: str | None = None  # why ctl's SSH does not try it (Host.ssh_refusal)
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,8 @@ def _probe_one(
     command_timeout: float,
 ) -> Attempt:
     started = time.monotonic()
+    if target.refused is not None:
+        return Attempt(target.name, None, target.refused, time.monotonic() - started)
     pinned = ssh.keys_for(host_keys, target.address, target.port)
     try:
         key_file = Path(target.key_file).expanduser() if target.key_file else None

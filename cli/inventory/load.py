@@ -102,6 +102,11 @@ SSH_CONNECTIONS = frozenset(
         "ansible.builtin.paramiko_ssh",
     }
 )
+# Ansible's local connection plugin: the host is the control host itself.
+LOCAL_CONNECTIONS = frozenset({"local", "ansible.builtin.local"})
+# The SSH password, as Ansible's ssh and paramiko_ssh plugins read it (their `password`
+# option's variables). Its value is never read here, only whether one is set.
+PASSWORD_KEYS = ("ansible_password", "ansible_ssh_pass", "ansible_ssh_password")
 CONNECTION_KEYS = ADDRESS_KEYS + PORT_KEYS + USER_KEYS + KEY_FILE_KEYS
 EXPOSED_KEYS = OUR_KEYS + CONNECTION_KEYS
 
@@ -411,9 +416,8 @@ def _rendered(
 
 
 def _unfollowed_connection(host: str, var: _Var | None) -> str | None:
-    """A warning when the host's ansible_connection is one ctl does not follow: it gathers
-    facts over its own SSH session whatever the inventory says (a later release will gather
-    from a `local` host as Ansible does)."""
+    """A warning when the host's ansible_connection is one ctl does not follow (neither SSH
+    nor `local`: docker, winrm...): it gathers facts over its own SSH session all the same."""
     if var is None or var.value is None or var.value in SSH_CONNECTIONS:
         return None
     file, line = var.origin
@@ -440,15 +444,36 @@ def _host(name: str, groups: tuple[str, ...], merged: Mapping[str, _Var]) -> Hos
         last(USER_KEYS),
         last(KEY_FILE_KEYS),
     )
+    connection = merged.get(CONNECTION_PLUGIN_KEY)
+    local = connection is not None and connection.value in LOCAL_CONNECTIONS
     return Host(
         name=name,
         groups=groups,
+        connection="local" if local else "ssh",
+        ssh_refusal=None if local else _password_refusal(merged),
         address=str(address.value) if address else name,
         port=int(port.value) if port else DEFAULT_SSH_PORT,
         user=str(user.value) if user else None,
         private_key_file=str(key_file.value) if key_file else None,
         vars=validate_host_vars({key: var.value for key, var in merged.items()}),
         origins={key: merged[key].origin for key in EXPOSED_KEYS if key in merged},
+    )
+
+
+def _password_refusal(merged: Mapping[str, _Var]) -> str | None:
+    """Why ctl's own SSH does not try a host Ansible logs in to with a password: ctl
+    never sends one (paramiko could, but a password kept in ctl's memory for every node it
+    reaches is a secret more to keep; a key does the same), nor prints it."""
+    found = [(key, merged[key]) for key in PASSWORD_KEYS if key in merged]
+    given = [(key, var) for key, var in found if var.value is not None]
+    if not given:
+        return None
+    key, var = given[-1]  # the one Ansible uses
+    file, line = var.origin
+    where = file if line is None else f"{file}:{line}"
+    return (
+        f"{key} ({where}) is an SSH password, which ctl's own SSH never uses (keys only):"
+        " not reached; give it a key (ansible_ssh_private_key_file, or one in ssh-agent)"
     )
 
 

@@ -106,6 +106,7 @@ def node_targets(inventory: Inventory) -> list[Target]:
             h.user,
             h.private_key_file,
             h.vars.modelfleet_model_store,
+            h.ssh_refusal,
         )
         for h in inventory.hosts
     ]
