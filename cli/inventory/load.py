@@ -418,7 +418,7 @@ def _rendered(
 def _unfollowed_connection(host: str, var: _Var | None) -> str | None:
     """A warning when the host's ansible_connection is one ctl does not follow (neither SSH
     nor `local`: docker, winrm...): it gathers facts over its own SSH session all the same."""
-    if var is None or var.value is None or var.value in SSH_CONNECTIONS:
+    if var is None or var.value is None or var.value in SSH_CONNECTIONS | LOCAL_CONNECTIONS:
         return None
     file, line = var.origin
     where = file if line is None else f"{file}:{line}"

@@ -229,7 +229,7 @@ class Inventory(Strict):
     # group → every host in it or in its child groups, in host order; empty groups included
     groups: dict[str, tuple[str, ...]] = Field(default_factory=dict)
     # What to warn of: variables files left unread (Vault-encrypted), each with why, and
-    # connection settings ctl does not follow (ansible_connection: local).
+    # connection settings ctl does not follow (ansible_connection: docker).
     warnings: tuple[str, ...] = ()
 
     @model_validator(mode="after")

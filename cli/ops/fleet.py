@@ -107,6 +107,7 @@ def node_targets(inventory: Inventory) -> list[Target]:
             h.private_key_file,
             h.vars.modelfleet_model_store,
             h.ssh_refusal,
+            h.connection == "local",
         )
         for h in inventory.hosts
     ]
