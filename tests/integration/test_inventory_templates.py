@@ -11,7 +11,6 @@ inventory (tests/integration/inventories/templated/SOURCES.md) sets `ansible_use
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -25,7 +24,11 @@ from cli.edges.tools import ansible_command
 from cli.errors import InputError
 from cli.inventory.load import load_inventory
 from tests.ctl import ctl
-from tests.integration.test_inventory_matches_ansible import ansible_list, compare
+from tests.integration.test_inventory_matches_ansible import (
+    ansible_environment,
+    ansible_list,
+    compare,
+)
 
 HERE = Path(__file__).resolve().parent
 HOMELAB = HERE / "inventories" / "templated" / "homelab"
@@ -43,17 +46,9 @@ CONNECTION_VARIABLES = (
 
 def ansible_rendered(inventory: Path, tmp_path: Path) -> dict[str, dict[str, Any]]:
     """host → each connection variable it has, as `ansible` renders it for that host."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")}
-    config = tmp_path / "ansible.cfg"
-    config.write_text("[defaults]\n")
-    env |= {
-        "ANSIBLE_CONFIG": str(config),
-        "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
-        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
-        "ANSIBLE_INVENTORY_ENABLED": "yaml,ini",
+    env = ansible_environment(tmp_path) | {
         "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
         "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.minimal",
-        "ANSIBLE_NOCOLOR": "1",
     }
     each = ", ".join(f"'{key}': {key} | default(none)" for key in CONNECTION_VARIABLES)
     done = subprocess.run(

@@ -7,10 +7,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-import pytest
-
-from cli.catalog.load import Catalog, parse_catalog
-from cli.errors import InputError
+from cli.catalog.load import parse_catalog
+from tests.unit.test_catalog import errors_of, load
 from tests.unit.test_yaml_bounds import alias_bomb
 
 ANCHORED = """\
@@ -33,16 +31,6 @@ ANCHORED = """\
             gpus_per_node: 1
             drain_seconds: 5
     """
-
-
-def load(text: str) -> Catalog:
-    return parse_catalog(textwrap.dedent(text), "catalog.yaml")
-
-
-def errors_of(text: str) -> list[str]:
-    with pytest.raises(InputError) as caught:
-        load(text)
-    return [str(problem) for problem in caught.value.problems]
 
 
 def test_x_keys_hold_anchors_that_profiles_merge_and_are_otherwise_ignored() -> None:
