@@ -37,6 +37,7 @@ class Target:
     model_store: str | None = None  # modelfleet_model_store; None: the probe's default
     refused: str | None = None  # why ctl's SSH does not try it (Host.ssh_refusal)
     local: bool = False  # ansible_connection: local: the probe runs here, as a local process
+    proxy: ssh.Proxy | None = None  # a ProxyJump or ProxyCommand on the way there
 
 
 @dataclass(frozen=True)
@@ -111,8 +112,9 @@ def _probe_one(
     try:
         key_file = Path(target.key_file).expanduser() if target.key_file else None
         client = ssh.login(
-            target.address, target.port, target.user, key_file, pinned, connect_timeout
-        )
+            target.address, target.port, target.user, key_file, pinned, connect_timeout,
+            proxy=target.proxy, known=host_keys,
+        )  # fmt: skip
         try:
             output = ssh.execute(
                 client, probe_command(target), script, command_timeout, limit=ssh.MAX_OUTPUT

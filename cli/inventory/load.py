@@ -45,7 +45,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+import shlex
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any, Literal
@@ -107,6 +108,10 @@ LOCAL_CONNECTIONS = frozenset({"local", "ansible.builtin.local"})
 # The SSH password, as Ansible's ssh and paramiko_ssh plugins read it (their `password`
 # option's variables). Its value is never read here, only whether one is set.
 PASSWORD_KEYS = ("ansible_password", "ansible_ssh_pass", "ansible_ssh_password")
+# The ssh command line's extra arguments, in the order Ansible's ssh plugin puts them on it
+# (ssh_args, then ssh_common_args, then ssh_extra_args): a ProxyJump or ProxyCommand in
+# them is honoured as OpenSSH would, the first one given winning.
+PROXY_ARG_KEYS = ("ansible_ssh_args", "ansible_ssh_common_args", "ansible_ssh_extra_args")
 CONNECTION_KEYS = ADDRESS_KEYS + PORT_KEYS + USER_KEYS + KEY_FILE_KEYS
 EXPOSED_KEYS = OUR_KEYS + CONNECTION_KEYS
 
@@ -387,7 +392,9 @@ def _rendered(
     render it for this host; or the problems, each rendered value checked where its
     template is written."""
     templated = [
-        key for key in EXPOSED_KEYS if key in merged and _template_in(merged[key].value) is not None
+        key
+        for key in (*EXPOSED_KEYS, *PROXY_ARG_KEYS)
+        if key in merged and _template_in(merged[key].value) is not None
     ]
     if not templated:
         return dict(merged)
@@ -411,7 +418,8 @@ def _rendered(
             problems.append(var.doc.problem(var.path + where, str(error)))
             continue
         rendered[key] = _Var(value, var.doc, var.path)
-        problems.extend(_check(key, rendered[key]))
+        if key not in PROXY_ARG_KEYS:
+            problems.extend(_check(key, rendered[key]))
     return problems or rendered
 
 
@@ -446,11 +454,14 @@ def _host(name: str, groups: tuple[str, ...], merged: Mapping[str, _Var]) -> Hos
     )
     connection = merged.get(CONNECTION_PLUGIN_KEY)
     local = connection is not None and connection.value in LOCAL_CONNECTIONS
+    proxy, refusal = (None, None) if local else _proxy(merged)
     return Host(
+        proxy_jump=proxy[1] if proxy is not None and proxy[0] == "proxyjump" else None,
+        proxy_command=proxy[1] if proxy is not None and proxy[0] == "proxycommand" else None,
         name=name,
         groups=groups,
         connection="local" if local else "ssh",
-        ssh_refusal=None if local else _password_refusal(merged),
+        ssh_refusal=None if local else (_password_refusal(merged) or refusal),
         address=str(address.value) if address else name,
         port=int(port.value) if port else DEFAULT_SSH_PORT,
         user=str(user.value) if user else None,
@@ -458,6 +469,47 @@ def _host(name: str, groups: tuple[str, ...], merged: Mapping[str, _Var]) -> Hos
         vars=validate_host_vars({key: var.value for key, var in merged.items()}),
         origins={key: merged[key].origin for key in EXPOSED_KEYS if key in merged},
     )
+
+
+def _proxy(merged: Mapping[str, _Var]) -> tuple[tuple[str, str] | None, str | None]:
+    """The ProxyJump or ProxyCommand OpenSSH would take from the host's ssh arguments (the
+    first given; `none` is none), as (option, value); or why they cannot be read."""
+    for key in PROXY_ARG_KEYS:
+        var = merged.get(key)
+        if var is None or var.value is None:
+            continue
+        try:
+            args = shlex.split(str(var.value))
+        except ValueError as error:
+            file, line = var.origin
+            where = file if line is None else f"{file}:{line}"
+            return None, f"{key} ({where}) cannot be split as a command line: {error}"
+        for option, value in _ssh_options(args):
+            if option in ("proxyjump", "proxycommand"):
+                return (None if value.lower() == "none" else (option, value)), None
+    return None, None
+
+
+def _ssh_options(args: Sequence[str]) -> Iterator[tuple[str, str]]:
+    """The `-o Name=value` options (and `-J`, which is ProxyJump) of an ssh command line,
+    names in lower case, as ssh(1) reads them: `-o Name value`, `-oName=value`."""
+    index = 0
+    while index < len(args):
+        argument = args[index]
+        index += 1
+        if argument in ("-J", "-o") and index < len(args):
+            text, index = args[index], index + 1
+        elif argument.startswith(("-J", "-o")) and len(argument) > 2:
+            text = argument[2:]
+        else:
+            continue
+        if argument.startswith("-J"):
+            yield "proxyjump", text
+            continue
+        # The name ends at the first `=` or blank (a value may hold either).
+        found = re.match(r"\s*([^=\s]+)\s*=?\s*(.*)", text, re.S)
+        if found is not None:
+            yield found.group(1).lower(), found.group(2).strip()
 
 
 def _password_refusal(merged: Mapping[str, _Var]) -> str | None:

@@ -216,6 +216,11 @@ class Host(Strict):
     # Why ctl's own SSH does not try it (an SSH password, which it never uses), in one line
     # naming the variable's file and line; None when it does.
     ssh_refusal: str | None = None
+    # The way there when not straight, as OpenSSH reads ansible_ssh_common_args and
+    # ansible_ssh_extra_args: a ProxyJump (`[user@]bastion[:port]`, hops joined by commas)
+    # or a ProxyCommand (its tokens, %h %p %r, unexpanded); at most one is set.
+    proxy_jump: str | None = None
+    proxy_command: str | None = None
 
     def origin(self, key: str) -> tuple[str, int | None] | None:
         return self.origins.get(key)
