@@ -142,7 +142,7 @@ def parse_catalog(text: str, file: str) -> Catalog:
     if "models" not in data:
         raise InputError([document.problem((), f"no key 'models': {EMPTY_CATALOG}")])
     try:
-        parsed = CatalogFile.model_validate(data)
+        parsed = CatalogFile.model_validate(_without_anchor_homes(data))
     except ValidationError as error:
         found = problems_from_validation(error, CatalogFile, document)
         raise InputError(problems + _redacted(found, secrets, problems)) from None
@@ -178,6 +178,19 @@ def parse_catalog(text: str, file: str) -> Catalog:
         for name, model in parsed.models.items()
     }
     return Catalog(file=file, models=models, aliases=aliases)
+
+
+ANCHOR_HOME_PREFIX = "x-"
+
+
+def _without_anchor_homes(data: dict[Any, Any]) -> dict[Any, Any]:
+    """The catalog less its top-level `x-` keys: compose-style homes for YAML anchors
+    (`x-vllm: &vllm {...}`), whose content counts only where a profile merges it."""
+    return {
+        key: value
+        for key, value in data.items()
+        if not (isinstance(key, str) and key.startswith(ANCHOR_HOME_PREFIX))
+    }
 
 
 def _written_tokens(

@@ -283,6 +283,9 @@ def _unusable(gpu: Gpu, holder: str | None, processes: list[str]) -> str | None:
     if gpu.ecc_uncorrected:
         plural = "s" if gpu.ecc_uncorrected != 1 else ""
         return f"{gpu.ecc_uncorrected} uncorrected ECC error{plural}"
+    hardware = gpu.hardware_problem()
+    if hardware is not None:
+        return hardware
     if gpu.mig_enabled:
         # Placing on MIG slices is out of scope (docs/placement.md): a shard pinned to the
         # whole GPU would fail to start on it.

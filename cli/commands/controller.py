@@ -57,12 +57,13 @@ def run_controller(
 def input_problem(decrypt: Decrypt | None, catalog: Path, inventory: Path) -> str | None:
     """Why the catalog or the inventory does not load now, in one line; None when both do."""
     from cli.catalog.load import load_catalog
+    from cli.edges.templating import render_template
     from cli.errors import InputError
     from cli.inventory.load import load_inventory
 
     try:
         load_catalog(catalog)
-        load_inventory(inventory, decrypt)
+        load_inventory(inventory, decrypt, render=render_template)
     except InputError as error:
         return "; ".join(str(problem) for problem in error.problems)
     return None

@@ -66,6 +66,7 @@ def deprovision_node(
     """
     from cli.commands.offboarding import offboard
     from cli.commands.proxmox import print_failure, proxmox_session
+    from cli.edges.templating import render_template
     from cli.inventory.load import load_inventory
     from cli.ops.deprovision import Deprovisioner
     from cli.ops.provision import Limits, ProvisionError
@@ -82,7 +83,9 @@ def deprovision_node(
         from cli.commands.inputs import app_context
 
         with console.input_errors():
-            names = load_inventory(inventory, app_context(context).decrypt()).names()
+            names = load_inventory(
+                inventory, app_context(context).decrypt(), render=render_template
+            ).names()
         if name in names:
             code = offboard(context, name, dry_run, force, inventory, ca_dir, catalog, None)
             if code != console.EXIT_OK:

@@ -90,6 +90,7 @@ def read_fleet(
 
     Every node not reached is named on stderr with why, unless `say_unreached` is False:
     for a command whose own output names it (a fact is said once)."""
+    from cli.edges.templating import render_template
     from cli.inventory.load import load_inventory
     from cli.ops.fleet import fleet_of
     from cli.ui import console
@@ -98,7 +99,7 @@ def read_fleet(
     options = app_context(context)
     with console.input_errors(), default_path_hint(inventory_path):
         # Read once: its hosts size the progress bar and are the ones gathered.
-        inventory = load_inventory(inventory_path, options.decrypt())
+        inventory = load_inventory(inventory_path, options.decrypt(), render=render_template)
         if facts_dir is not None:
             fleet = fleet_of(options, inventory, inventory_path, facts_dir)
         else:

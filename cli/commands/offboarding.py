@@ -37,6 +37,7 @@ def offboard(
         read_catalog,
         require_tools,
     )
+    from cli.edges.templating import render_template
     from cli.inventory.load import load_inventory
     from cli.ops import offboard as ops
     from cli.ops.reconcile import PassRequest, run_pass
@@ -57,7 +58,7 @@ def offboard(
     def run() -> int:
         with console.input_errors():
             ca = read_ca(ca_dir, now)  # a CA near its end: a warning
-            model = load_inventory(inventory, decrypt)
+            model = load_inventory(inventory, decrypt, render=render_template)
             present = name in model.names()
             loaded = read_catalog(catalog) if present else None
             if present and not dry_run:

@@ -128,24 +128,29 @@ def drain(
     ] = False,
     catalog: CatalogOption = DEFAULT_CATALOG,
     inventory: InventoryOption = DEFAULT_INVENTORY,
+    facts: FactsOption = None,
     ca_dir: CaDirOption = None,
 ) -> None:
     """Cordon NODE, then move its replicas elsewhere, each serving before the old one drains.
 
     A replica for which no replacement can be placed, or whose replacement does not start,
     is left running (exit code 1) unless --force. --dry-run shows the plan drain carries
-    out. The pass also does whatever else reconcile would. Exit code 0 when all of it was
+    out; with --facts, the plan on a facts snapshot instead of the live fleet ("what if I
+    drain it"). The pass also does whatever else reconcile would. Exit code 0 when all of it was
     done, 1 when something could not be (as reconcile's), 2 on bad input (an unknown node)."""
     from cli.commands.inputs import app_context, require_tools
+    from cli.edges.templating import render_template
     from cli.inventory.load import load_inventory
     from cli.ui import console
 
+    if facts is not None and not dry_run:
+        console.fail("--facts reads a snapshot: use it with --dry-run; draining needs live facts")
     with console.input_errors():
-        load_inventory(inventory, app_context(context).decrypt()).find(node)
+        load_inventory(inventory, app_context(context).decrypt(), render=render_template).find(node)
     if not dry_run:
         require_tools("ansible-playbook")  # before the cordon is written
     code = reconcile_pass(
-        context, catalog, inventory, None, dry_run, frozenset({node}), force, reason,
+        context, catalog, inventory, facts, dry_run, frozenset({node}), force, reason,
         ca_dir=ca_dir, write_cordon=True,
     )  # fmt: skip
     raise SystemExit(code)

@@ -19,10 +19,13 @@ for output blocks on the channel's descriptor in a selector: nothing polls.
 from __future__ import annotations
 
 import base64
+import getpass
 import hashlib
 import logging
 import os
+import re
 import selectors
+import shlex
 import socket
 import time
 from collections.abc import Sequence
@@ -127,6 +130,82 @@ def add_known_host(known_hosts: Path, address: str, port: int, key: paramiko.PKe
 # --- the session ----------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Hop:
+    """A jump host a session goes through (OpenSSH's ProxyJump), logged in to as `ssh -J`
+    does: its own user (default the operator's) and the operator's keys (ssh-agent's,
+    ~/.ssh/id_*), never the node's -i key; its own host key pinned from the same known_hosts."""
+
+    address: str
+    port: int = DEFAULT_PORT
+    user: str | None = None
+
+    @property
+    def name(self) -> str:
+        return known_hosts_name(self.address, self.port)
+
+
+@dataclass(frozen=True)
+class Proxy:
+    """How the TCP stream to a node is made, when not straight: through jump hosts
+    (ProxyJump), or by a local command whose stdin and stdout are the stream (ProxyCommand)."""
+
+    jump: tuple[Hop, ...] = ()
+    command: str | None = None
+
+
+class ProxyError(Exception):
+    """A jump host or a proxy command failed: which, and the error it met."""
+
+    def __init__(self, via: str, error: BaseException, address: str, port: int) -> None:
+        super().__init__(via)
+        self.via = via
+        self.error = error
+        self.address = address
+        self.port = port
+
+
+_JUMP = re.compile(
+    r"^(?:(?P<user>[^@\s]+)@)?(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:@\s\[\]]+))"
+    r"(?::(?P<port>\d{1,5}))?$"
+)
+
+
+def parse_proxy_jump(spec: str) -> tuple[Hop, ...]:
+    """OpenSSH's ProxyJump value, `[user@]host[:port]` hops joined by commas (also in the
+    form `ssh://[user@]host[:port]`); ValueError for one that is not."""
+    hops = []
+    for part in spec.split(","):
+        text = part.strip().removeprefix("ssh://")
+        match = _JUMP.match(text)
+        port = int(match.group("port")) if match and match.group("port") else DEFAULT_PORT
+        if match is None or not 1 <= port <= 65535:
+            raise ValueError(f"ProxyJump {spec!r}: {part.strip()!r} is not [user@]host[:port]")
+        hops.append(Hop(match.group("v6") or match.group("host"), port, match.group("user")))
+    return tuple(hops)
+
+
+def proxy_command_line(command: str, address: str, port: int, user: str | None) -> str:
+    """A ProxyCommand with OpenSSH's tokens expanded: %h the node's address, %p its port,
+    %r the user, %n the host as given, %% a %."""
+    values = {"h": address, "n": address, "p": str(port), "r": user or getpass.getuser()}
+    values["%"] = "%"
+    return re.sub(r"%(.)", lambda m: values.get(m.group(1), m.group(0)), command)
+
+
+class _Client(paramiko.SSHClient):
+    """A session that closes the jump hosts' sessions it goes through with its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hops: list[paramiko.SSHClient] = []
+
+    def close(self) -> None:
+        super().close()
+        for hop in reversed(self.hops):
+            hop.close()
+
+
 class _Refuse(paramiko.MissingHostKeyPolicy):
     """Never trust a key we were not given; carry the one offered, to show it."""
 
@@ -144,21 +223,29 @@ def login(
     key_file: Path | None,
     host_keys: Sequence[paramiko.PKey],
     connect_timeout: float,
+    proxy: Proxy | None = None,
+    known: paramiko.HostKeys | None = None,
 ) -> paramiko.SSHClient:
     """Log in, accepting only `host_keys` from the node; the caller closes the client.
-    Raises what paramiko or the socket raise (`describe_failure` turns it into a line)."""
-    client = paramiko.SSHClient()
+    Raises what paramiko or the socket raise (`describe_failure` turns it into a line), or
+    ProxyError naming the jump host or command that failed. `proxy`: the way there, as
+    OpenSSH's ProxyJump and ProxyCommand; each jump host's key is one of `known`'s."""
+    hops: list[paramiko.SSHClient] = []
+    try:
+        sock = _stream(address, port, user, connect_timeout, proxy, known, hops)
+    except BaseException:
+        for hop in reversed(hops):
+            hop.close()
+        raise
+    client = _Client()
+    client.hops = hops
     # In memory only: nothing is ever written back, and only this node's keys (copying
     # every known_hosts entry into every client costs O(fleet²)).
     name = known_hosts_name(address, port)
     for key in host_keys:
         client.get_host_keys().add(name, key.get_name(), key)
     client.set_missing_host_key_policy(_Refuse())
-    sock = socket.create_connection((address, port), timeout=connect_timeout)
     try:
-        # Small writes both ways (auth, session open): without this, Nagle and delayed
-        # ACKs add tens of milliseconds per round trip.
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         client.connect(
             hostname=address,
             port=port,
@@ -176,6 +263,66 @@ def login(
         sock.close()
         raise
     return client
+
+
+Stream = socket.socket | paramiko.Channel | paramiko.ProxyCommand
+
+
+def _stream(
+    address: str,
+    port: int,
+    user: str | None,
+    timeout: float,
+    proxy: Proxy | None,
+    known: paramiko.HostKeys | None,
+    hops: list[paramiko.SSHClient],
+) -> Stream:
+    """The byte stream the node's SSH session runs over: a TCP connection, a channel
+    through the jump hosts (each logged in to, in turn, over the one before), or a proxy
+    command's stdin and stdout."""
+    if proxy is not None and proxy.command is not None:
+        line = proxy_command_line(proxy.command, address, port, user)
+        try:
+            # As OpenSSH runs it: by the shell, the whole line one argument of `sh -c`.
+            command = paramiko.ProxyCommand(f"sh -c {shlex.quote(line)}")
+        except Exception as error:
+            raise ProxyError(f"ProxyCommand {line!r}", error, address, port) from None
+        command.settimeout(timeout)
+        return command
+    jump = proxy.jump if proxy is not None else ()
+    previous: Stream | None = None
+    nexts = [(hop.address, hop.port) for hop in jump[1:]] + [(address, port)]
+    for hop, (next_address, next_port) in zip(jump, nexts, strict=False):
+        pinned = keys_for(known, hop.address, hop.port) if known is not None else []
+        try:
+            sock = previous or _tcp(hop.address, hop.port, timeout)
+            client = _Client()
+            hops.append(client)
+            for key in pinned:
+                client.get_host_keys().add(hop.name, key.get_name(), key)
+            client.set_missing_host_key_policy(_Refuse())
+            client.connect(
+                hostname=hop.address, port=hop.port, sock=sock, username=hop.user,
+                timeout=timeout, banner_timeout=timeout, auth_timeout=timeout,
+                allow_agent=True, look_for_keys=True,
+            )  # fmt: skip
+            transport = client.get_transport()
+            if transport is None:
+                raise paramiko.SSHException("No existing session")
+            previous = transport.open_channel(
+                "direct-tcpip", (next_address, next_port), ("127.0.0.1", 0), timeout=timeout
+            )
+        except Exception as error:
+            raise ProxyError(f"jump host {hop.name}", error, hop.address, hop.port) from None
+    return previous or _tcp(address, port, timeout)
+
+
+def _tcp(address: str, port: int, timeout: float) -> socket.socket:
+    sock = socket.create_connection((address, port), timeout=timeout)
+    # Small writes both ways (auth, session open): without this, Nagle and delayed ACKs
+    # add tens of milliseconds per round trip.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
 
 
 def execute(
@@ -246,6 +393,11 @@ def describe_failure(
     connect_timeout: float,
 ) -> str:
     """One line an operator can act on."""
+    if isinstance(error, ProxyError):
+        inner = describe_failure(
+            error.error, error.address, error.port, None, known_hosts, connect_timeout
+        )
+        return f"through {error.via}: {inner}"
     if isinstance(error, paramiko.BadHostKeyException):
         return (
             f"host key mismatch: known_hosts ({known_hosts}) has {fingerprint(error.expected_key)},"
@@ -258,6 +410,11 @@ def describe_failure(
         )
     if isinstance(error, paramiko.AuthenticationException):
         return f"authentication failed for user {user or 'the local user'}"
+    if isinstance(error, paramiko.SSHException) and "No authentication methods" in str(error):
+        return (
+            f"no key to log in as {user or 'the local user'} with (none given, none in"
+            " ssh-agent or ~/.ssh)"
+        )
     if isinstance(error, TimeoutError | socket.timeout):
         return f"timed out after {connect_timeout:g} s"
     if isinstance(error, ConnectionRefusedError | paramiko.ssh_exception.NoValidConnectionsError):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import paramiko
 
-from cli.edges import ssh
+from cli.edges import local, ssh
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_COMMAND_TIMEOUT = 30.0
@@ -35,6 +35,9 @@ class Target:
     user: str | None = None
     key_file: str | None = None
     model_store: str | None = None  # modelfleet_model_store; None: the probe's default
+    refused: str | None = None  # why ctl's SSH does not try it (Host.ssh_refusal)
+    local: bool = False  # ansible_connection: local: the probe runs here, as a local process
+    proxy: ssh.Proxy | None = None  # a ProxyJump or ProxyCommand on the way there
 
 
 @dataclass(frozen=True)
@@ -101,12 +104,17 @@ def _probe_one(
     command_timeout: float,
 ) -> Attempt:
     started = time.monotonic()
+    if target.refused is not None:
+        return Attempt(target.name, None, target.refused, time.monotonic() - started)
+    if target.local:
+        return _probe_here(target, script, command_timeout, started)
     pinned = ssh.keys_for(host_keys, target.address, target.port)
     try:
         key_file = Path(target.key_file).expanduser() if target.key_file else None
         client = ssh.login(
-            target.address, target.port, target.user, key_file, pinned, connect_timeout
-        )
+            target.address, target.port, target.user, key_file, pinned, connect_timeout,
+            proxy=target.proxy, known=host_keys,
+        )  # fmt: skip
         try:
             output = ssh.execute(
                 client, probe_command(target), script, command_timeout, limit=ssh.MAX_OUTPUT
@@ -115,6 +123,23 @@ def _probe_one(
             client.close()
     except Exception as error:  # every failure becomes the node's reason
         reason = describe_failure(error, target, known_hosts, connect_timeout)
+        return Attempt(target.name, None, reason, time.monotonic() - started)
+    text = output.decode("utf-8", errors="replace")
+    return Attempt(target.name, text, None, time.monotonic() - started)
+
+
+def _probe_here(target: Target, script: bytes, command_timeout: float, started: float) -> Attempt:
+    """The probe run on this machine, as Ansible's local connection runs a host's tasks."""
+    try:
+        output = local.run_local(
+            shlex.split(probe_command(target)), script, command_timeout, limit=ssh.MAX_OUTPUT
+        )
+    except (ssh.CommandTimeoutError, ssh.OutputLimitError, OSError) as error:
+        reason = (
+            f"the local probe could not run: {error.strerror}"
+            if isinstance(error, OSError)
+            else describe_failure(error, target, Path(), 0)
+        )
         return Attempt(target.name, None, reason, time.monotonic() - started)
     text = output.decode("utf-8", errors="replace")
     return Attempt(target.name, text, None, time.monotonic() - started)

@@ -45,8 +45,29 @@ class Gpu(Strict):
     # MIG mode (mig.mode.current): a GPU split into MIG slices is no whole GPU to give a
     # shard. None: the GPU has no MIG mode, or the probe did not ask (an older probe).
     mig_enabled: bool | None = None
-    # Retired pages or row-remapping failures would be here too; nvidia-smi reports them
-    # elsewhere and the probe does not read them yet.
+    # Memory repairs the GPU waits for (cli/facts/sections/gpuhealth.py): pages pending
+    # retirement (retired_pages.pending, before Ampere), rows pending remapping and a
+    # remapping that failed (remapped_rows.pending, .failure: Ampere and newer). None: not
+    # reported (a GPU or driver without the feature), never read as "none pending".
+    retired_pages_pending: bool | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failure: bool | None = None
+    # Fields nvidia-smi answered with an error of the GPU's (`ERR!`, `[GPU requires reset]`,
+    # `[GPU is lost]`), as "FIELD: VALUE": a GPU that cannot answer is not one to trust.
+    faults: tuple[str, ...] = ()
+
+    def hardware_problem(self) -> str | None:
+        """Why this GPU's hardware is not fit for a shard, as its probe reports it; None
+        when nothing says so (an unknown field is not a bad one)."""
+        if self.faults:
+            return f"nvidia-smi reports {', '.join(self.faults)}"
+        if self.remapped_rows_failure:
+            return "a memory row remapping failed (replace the GPU)"
+        if self.remapped_rows_pending:
+            return "memory rows pending remapping (reset the GPU or reboot the node)"
+        if self.retired_pages_pending:
+            return "memory pages pending retirement (reset the GPU or reboot the node)"
+        return None
 
 
 class GpuProcess(Strict):

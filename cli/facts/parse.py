@@ -87,6 +87,11 @@ NOT_REPORTED: Final[frozenset[str]] = frozenset(
     }
 )
 
+# Of those, the ones that are the GPU's error, not a field it lacks (nvidia-smi(1): ERR! for
+# a value it could not read, "[GPU requires reset]", "[GPU is lost]"): the value is still
+# None, and the GPU unusable (Gpu.faults).
+GPU_FAULTS: Final[frozenset[str]] = frozenset({"ERR!", "[GPU requires reset]", "[GPU is lost]"})
+
 KIB_PER_MIB: Final = 1024
 BYTES_PER_MIB: Final = 1024 * 1024
 # cgroup v1 reports "no limit" as a huge number (PAGE_COUNTER_MAX pages, e.g.
@@ -340,6 +345,11 @@ def parse_query_gpu(text: str) -> tuple[Gpu, ...]:
                 f"GPU index {index} already given on line {seen[index]}",
             )
         seen[index] = line.number
+        faults = tuple(
+            f"{field}: {value}"
+            for field, value in zip(GPU_QUERY_FIELDS[3:], fields[3:], strict=True)
+            if value in GPU_FAULTS
+        )
         pci_bus_id: str | None = None
         if bus_id not in NOT_REPORTED:
             if not _PCI_BUS_ID.fullmatch(bus_id):
@@ -363,6 +373,7 @@ def parse_query_gpu(text: str) -> tuple[Gpu, ...]:
                 ecc_uncorrected=_optional_int(
                     ecc, SECTION_QUERY_GPU, line.number, "ecc.errors.uncorrected.volatile.total"
                 ),
+                faults=faults,
             )
         )
     return tuple(gpus)
@@ -373,9 +384,10 @@ def parse_query_gpu(text: str) -> tuple[Gpu, ...]:
 _MIG_MODES: Final[dict[str, bool]] = {"Enabled": True, "Disabled": False}
 
 
-def parse_mig_modes(text: str) -> dict[int, bool | None]:
+def parse_mig_modes(text: str, faults: dict[int, str] | None = None) -> dict[int, bool | None]:
     """Rows of `nvidia-smi --query-gpu=index,mig.mode.current --format=csv,noheader,nounits`:
-    GPU index → MIG mode enabled (None: the GPU has no MIG mode)."""
+    GPU index → MIG mode enabled (None: the GPU has no MIG mode, or could not say: then
+    `faults`, when given, gets the GPU's answer)."""
     _count_rows(text, SECTION_MIG, "GPUs", MAX_GPUS, skip=_NO_DEVICES)
     modes: dict[int, bool | None] = {}
     for line in _lines(text):
@@ -387,6 +399,8 @@ def parse_mig_modes(text: str) -> dict[int, bool | None]:
             raise FactsParseError(SECTION_MIG, line.number, f"GPU index {index} given twice")
         if mode in NOT_REPORTED:
             modes[index] = None
+            if faults is not None and mode in GPU_FAULTS:
+                faults[index] = f"mig.mode.current: {mode}"
         elif mode in _MIG_MODES:
             modes[index] = _MIG_MODES[mode]
         else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
 from cli.facts.model import (
     Gpu,
@@ -36,6 +36,13 @@ from cli.facts.parse import (
     parse_topology,
 )
 from cli.facts.sections.certificate import parse_pki
+from cli.facts.sections.gpuhealth import (
+    REMAPPED_ROWS_COLUMNS,
+    RETIRED_PAGES_COLUMNS,
+    GpuFlags,
+    parse_remapped_rows,
+    parse_retired_pages,
+)
 from cli.facts.sections.infiniband import parse_infiniband
 from cli.facts.sections.store import parse_model_store
 
@@ -351,6 +358,15 @@ def _gpus(sections: dict[str, Section], notes: list[str]) -> GpuFacts:
         notes.append(str(error))
         return None, None, None
     gpus = _with_mig_modes(gpus, sections.get("mig"), notes)
+    try:
+        gpus = _with_memory_repairs(gpus, sections, notes)
+    except FactsParseError as error:
+        notes.append(str(error))
+    notes.extend(
+        f"GPU {gpu.index}: {problem}"
+        for gpu in gpus
+        if (problem := gpu.hardware_problem()) is not None
+    )
     processes = None
     apps = sections.get("compute-apps")
     if apps is not None and apps.status in _ROWS_STILL_GOOD:
@@ -383,15 +399,63 @@ def _with_mig_modes(
     if mig.status not in _ROWS_STILL_GOOD:
         notes.append(f"nvidia-smi did not report MIG mode (exit {mig.status})")
         return gpus
+    faults: dict[int, str] = {}
     try:
-        modes = parse_mig_modes(_rows_and_messages(mig)[0])
+        modes = parse_mig_modes(_rows_and_messages(mig)[0], faults)
     except FactsParseError as error:
         notes.append(str(error))
         return gpus
     return tuple(
-        gpu.model_copy(update={"mig_enabled": modes[gpu.index]}) if gpu.index in modes else gpu
+        gpu.model_copy(
+            update={
+                "mig_enabled": modes[gpu.index],
+                "faults": gpu.faults + ((faults[gpu.index],) if gpu.index in faults else ()),
+            }
+        )
+        if gpu.index in modes
+        else gpu
         for gpu in gpus
     )
+
+
+def _with_memory_repairs(
+    gpus: tuple[Gpu, ...], sections: dict[str, Section], notes: list[str]
+) -> tuple[Gpu, ...]:
+    """Each GPU with the memory repairs it waits for, and the faults those queries found;
+    unchanged (unknown) where the node could not say."""
+    if not gpus:
+        return gpus
+    retired = _repair_rows(sections.get("retired-pages"), "retired pages", notes)
+    remapped = _repair_rows(sections.get("remapped-rows"), "remapped rows", notes)
+    by_index = parse_retired_pages(retired) if retired is not None else {}
+    by_uuid = parse_remapped_rows(remapped) if remapped is not None else {}
+    return tuple(
+        _flagged(
+            _flagged(gpu, by_index.get(gpu.index), RETIRED_PAGES_COLUMNS),
+            by_uuid.get(gpu.uuid),
+            REMAPPED_ROWS_COLUMNS,
+        )
+        for gpu in gpus
+    )
+
+
+def _repair_rows(section: Section | None, what: str, notes: list[str]) -> str | None:
+    """The section's rows; None (with a note when it failed) where there are none to read."""
+    if section is None:
+        return None  # a probe from before these were asked about
+    if section.status not in _ROWS_STILL_GOOD:
+        notes.append(f"nvidia-smi did not report {what} (exit {section.status})")
+        return None
+    return _rows_and_messages(section)[0]
+
+
+def _flagged(gpu: Gpu, flags: GpuFlags | None, attributes: dict[str, str]) -> Gpu:
+    if flags is None:
+        return gpu
+    update: dict[str, Any] = {
+        attribute: flags.values[field] for field, attribute in attributes.items()
+    }
+    return gpu.model_copy(update={**update, "faults": gpu.faults + flags.faults})
 
 
 def _checked_against(

@@ -61,6 +61,15 @@ if command -v nvidia-smi >/dev/null 2>&1; then
   begin mig
   smi --query-gpu=index,mig.mode.current --format=csv,noheader,nounits
   end mig $?
+  # Memory repairs a GPU waits for, each asked apart as MIG is (a driver that does not know
+  # a field refuses the whole query): pages pending retirement (before Ampere), rows pending
+  # remapping or failed (Ampere and newer). cli/facts/sections/gpuhealth.py reads them.
+  begin retired-pages
+  smi --query-gpu=index,retired_pages.pending --format=csv,noheader,nounits
+  end retired-pages $?
+  begin remapped-rows
+  smi --query-remapped-rows=gpu_uuid,remapped_rows.pending,remapped_rows.failure --format=csv,noheader,nounits
+  end remapped-rows $?
   begin compute-apps
   smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv,noheader,nounits
   end compute-apps $?

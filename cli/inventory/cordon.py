@@ -48,7 +48,7 @@ from cli.inventory.ini import (
     remove_host_var,
     set_host_var,
 )
-from cli.inventory.load import SourceText, inventory_from_texts, read_alone
+from cli.inventory.load import Render, SourceText, inventory_from_texts, read_alone
 from cli.inventory.patterns import expand_host_pattern
 from cli.inventory.schema import NO_CORDON_REASON, Host
 from cli.inventory.splice import (
@@ -85,6 +85,8 @@ class InventoryTexts:
     host_vars: tuple[SourceText, ...]  # NODE's host_vars files, in merge order
     vars_file: str  # NODE's host_vars file: the existing one, or where a new one goes
     vars_dir: str | None = None  # host_vars/NODE/ when that is a directory
+    # How a template in ctl's keys is rendered, as the loader renders it (load_inventory).
+    render: Render | None = None
 
 
 @dataclass(frozen=True)
@@ -526,7 +528,7 @@ class _Files:
 def _evaluate(view: InventoryTexts, node: str) -> tuple[str | None, tuple[str, int | None] | None]:
     """The host's cordon, and where it comes from, in these texts: the loader's pure half."""
     inventory = inventory_from_texts(
-        view.source, view.sources, view.group_vars, {node: view.host_vars}
+        view.source, view.sources, view.group_vars, {node: view.host_vars}, view.render
     )
     host = inventory.host(node)
     return host.vars.cordoned, host.origin(KEY)

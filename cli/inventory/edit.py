@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from cli.edges.files import atomic_write
+from cli.edges.templating import render_template
 from cli.errors import InputError, InputProblem
 from cli.inventory.cordon import (
     DIR_FILE,
@@ -64,7 +65,9 @@ def read_texts(inventory: Path, node: str) -> InventoryTexts:
         if path.exists():
             vars_file = str(path)
             break
-    return InventoryTexts(str(inventory), sources, group_vars, host_vars, vars_file, vars_dir)
+    return InventoryTexts(
+        str(inventory), sources, group_vars, host_vars, vars_file, vars_dir, render_template
+    )
 
 
 def cordon_node(inventory: Path, node: str, reason: str, decrypt: Decrypt | None = None) -> str:
@@ -75,7 +78,7 @@ def cordon_node(inventory: Path, node: str, reason: str, decrypt: Decrypt | None
     problem = reason_problem(reason)
     if problem is not None:
         raise InputError.single("--reason", None, (), problem)
-    before = load_inventory(inventory, decrypt)
+    before = load_inventory(inventory, decrypt, render=render_template)
     host = before.find(node)
     _refuse_vaulted_cordon(host)
     plan = plan_cordon(read_texts(inventory, node), host, reason)
@@ -84,7 +87,7 @@ def cordon_node(inventory: Path, node: str, reason: str, decrypt: Decrypt | None
 
 def uncordon_node(inventory: Path, node: str, decrypt: Decrypt | None = None) -> str:
     """Uncordon `node`; returns the line that says what changed (or that nothing had to)."""
-    before = load_inventory(inventory, decrypt)
+    before = load_inventory(inventory, decrypt, render=render_template)
     host = before.find(node)
     _refuse_vaulted_cordon(host)
     plan = plan_uncordon(read_texts(inventory, node), host)
@@ -94,7 +97,7 @@ def uncordon_node(inventory: Path, node: str, decrypt: Decrypt | None = None) ->
 def plan_node_removal(inventory: Path, node: str, decrypt: Decrypt | None = None) -> Removal:
     """What taking `node` out of the inventory deletes (cli/inventory/remove.py); writes
     nothing."""
-    host = load_inventory(inventory, decrypt).find(node)
+    host = load_inventory(inventory, decrypt, render=render_template).find(node)
     return plan_removal(read_texts(inventory, node), host)
 
 
@@ -102,7 +105,7 @@ def remove_node(inventory: Path, node: str, decrypt: Decrypt | None = None) -> R
     """Take `node` out of the inventory: its own lines and host_vars go, as one verified
     transaction (every file restored unless, read again, `node` is gone and every other
     host is as it was)."""
-    before = load_inventory(inventory, decrypt)
+    before = load_inventory(inventory, decrypt, render=render_template)
     texts = read_texts(inventory, before.find(node).name)
     removal = plan_removal(texts, before.host(node))
     first = removal.edits[0].file if removal.edits else str(inventory)
@@ -199,7 +202,7 @@ def _reloaded(
 
     def verify() -> Inventory:
         try:
-            after = load_inventory(inventory, decrypt)
+            after = load_inventory(inventory, decrypt, render=render_template)
         except InputError as error:
             raise noted(error, " (after the edit; the original files are restored)") from None
         why = problem(after)

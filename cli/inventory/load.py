@@ -30,8 +30,11 @@ Where we are stricter than Ansible, which would only warn: an unknown key in a g
 misspelt `host:`), a group that is not a mapping, an empty host range. And values of our
 keys (labels, fabrics, cordoned, gpu_classes) and of the SSH settings are checked wherever
 they are written, even where a higher-precedence value hides them, so an error points at
-the line that has it. Values are not templated (ansible-inventory --list does not either):
-a Jinja expression in one of those keys is refused rather than used as a literal.
+the line that has it. Values are not templated by ansible-inventory --list; Ansible
+renders them as it uses them, with the host's variables. Given a `render` (ansible-core's
+own templating, cli/edges/templating.py, which refuses lookups), a Jinja expression in one
+of those keys is rendered so, and the value it renders to checked at the template's line;
+without one it is refused rather than used as a literal.
 
 About 800 lines: Ansible's reading rules are one thing (where a variable comes from
 decides what wins), and the test that holds them to `ansible-inventory --list`
@@ -42,7 +45,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+import shlex
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any, Literal
@@ -63,7 +67,14 @@ from cli.inventory.schema import (
 from cli.names import control_character, file_in, file_name_problem, shown_name
 from cli.regularfile import read_regular_file
 from cli.schemaerrors import problems_from_validation
-from cli.yamlsource import MAX_SOURCE_BYTES, YamlDocument, decode_source, parse_yaml, yaml_kind
+from cli.yamlsource import (
+    MAX_SOURCE_BYTES,
+    VaultedValue,
+    YamlDocument,
+    decode_source,
+    parse_yaml,
+    yaml_kind,
+)
 
 YAML_EXTENSIONS = (".yml", ".yaml", ".json")
 IGNORED_NAMES = frozenset({"group_vars", "host_vars", "vars_plugins"})
@@ -92,6 +103,15 @@ SSH_CONNECTIONS = frozenset(
         "ansible.builtin.paramiko_ssh",
     }
 )
+# Ansible's local connection plugin: the host is the control host itself.
+LOCAL_CONNECTIONS = frozenset({"local", "ansible.builtin.local"})
+# The SSH password, as Ansible's ssh and paramiko_ssh plugins read it (their `password`
+# option's variables). Its value is never read here, only whether one is set.
+PASSWORD_KEYS = ("ansible_password", "ansible_ssh_pass", "ansible_ssh_password")
+# The ssh command line's extra arguments, in the order Ansible's ssh plugin puts them on it
+# (ssh_args, then ssh_common_args, then ssh_extra_args): a ProxyJump or ProxyCommand in
+# them is honoured as OpenSSH would, the first one given winning.
+PROXY_ARG_KEYS = ("ansible_ssh_args", "ansible_ssh_common_args", "ansible_ssh_extra_args")
 CONNECTION_KEYS = ADDRESS_KEYS + PORT_KEYS + USER_KEYS + KEY_FILE_KEYS
 EXPOSED_KEYS = OUR_KEYS + CONNECTION_KEYS
 
@@ -158,9 +178,10 @@ def inventory_from_texts(
     files: Sequence[SourceText],
     group_vars: Mapping[str, Sequence[SourceText]] | None = None,
     host_vars: Mapping[str, Sequence[SourceText]] | None = None,
+    render: Render | None = None,
 ) -> Inventory:
     """Inventory files, and the group_vars/host_vars files found for each name → Inventory."""
-    return resolve(parse_sources(files), source, group_vars or {}, host_vars or {})
+    return resolve(parse_sources(files), source, group_vars or {}, host_vars or {}, render)
 
 
 def parse_sources(files: Sequence[SourceText]) -> InventoryTree:
@@ -294,10 +315,12 @@ def resolve(
     source: str,
     group_vars: Mapping[str, Sequence[SourceText]],
     host_vars: Mapping[str, Sequence[SourceText]],
+    render: Render | None = None,
 ) -> Inventory:
     """Merge every host's variables by Ansible's precedence and check ours; raises InputError.
 
     `group_vars` and `host_vars` map a group or host name to its files, in merge order.
+    `render`: how a template in one of our keys is rendered; None refuses it.
     """
     problems: list[InputProblem] = []
     warnings: list[str] = []
@@ -316,7 +339,8 @@ def resolve(
         for key, var in layer.items():
             if key in EXPOSED_KEYS and (var.origin, var.path) not in checked:
                 checked.add((var.origin, var.path))
-                problems.extend(_check(key, var))
+                if render is None or _template_in(var.value) is None:
+                    problems.extend(_check(key, var))
     if problems:
         raise InputError(problems)
 
@@ -341,20 +365,68 @@ def resolve(
             merged |= group_files[name]
         merged |= host.vars
         merged |= host_files[host.name]
+        if render is not None:
+            rendered = _rendered(host.name, ("all", *ordered), merged, render)
+            if isinstance(rendered, list):
+                problems += rendered
+                continue
+            merged = rendered
         hosts.append(_host(host.name, ("all", *ordered), merged))
         unfollowed = _unfollowed_connection(host.name, merged.get(CONNECTION_PLUGIN_KEY))
         if unfollowed is not None:
             warnings.append(unfollowed)
 
+    if problems:  # a group's template that fails fails for each of its hosts: said once
+        raise InputError(list(dict.fromkeys(problems)))
     groups = {group: tuple(names) for group, names in members.items()}
     return Inventory(source=source, hosts=tuple(hosts), groups=groups, warnings=tuple(warnings))
 
 
+def _rendered(
+    host: str,
+    groups: tuple[str, ...],
+    merged: Mapping[str, _Var],
+    render: Render,
+) -> dict[str, _Var] | list[InputProblem]:
+    """The host's variables with a template in any of our keys rendered as Ansible would
+    render it for this host; or the problems, each rendered value checked where its
+    template is written."""
+    templated = [
+        key
+        for key in (*EXPOSED_KEYS, *PROXY_ARG_KEYS)
+        if key in merged and _template_in(merged[key].value) is not None
+    ]
+    if not templated:
+        return dict(merged)
+    variables: dict[str, Any] = {
+        key: var.value for key, var in merged.items() if not isinstance(var.value, VaultedValue)
+    }
+    # The magic variables an inventory's templates use (Ansible's, of the same names).
+    variables |= {
+        "inventory_hostname": host,
+        "inventory_hostname_short": host.split(".", 1)[0],
+        "group_names": sorted(group for group in groups if group != "all"),
+    }
+    rendered = dict(merged)
+    problems: list[InputProblem] = []
+    for key in templated:
+        var = merged[key]
+        where = _template_in(var.value) or ()
+        try:
+            value = render(var.value, variables)
+        except ValueError as error:
+            problems.append(var.doc.problem(var.path + where, str(error)))
+            continue
+        rendered[key] = _Var(value, var.doc, var.path)
+        if key not in PROXY_ARG_KEYS:
+            problems.extend(_check(key, rendered[key]))
+    return problems or rendered
+
+
 def _unfollowed_connection(host: str, var: _Var | None) -> str | None:
-    """A warning when the host's ansible_connection is one ctl does not follow: it gathers
-    facts over its own SSH session whatever the inventory says (a later release will gather
-    from a `local` host as Ansible does)."""
-    if var is None or var.value is None or var.value in SSH_CONNECTIONS:
+    """A warning when the host's ansible_connection is one ctl does not follow (neither SSH
+    nor `local`: docker, winrm...): it gathers facts over its own SSH session all the same."""
+    if var is None or var.value is None or var.value in SSH_CONNECTIONS | LOCAL_CONNECTIONS:
         return None
     file, line = var.origin
     where = file if line is None else f"{file}:{line}"
@@ -380,9 +452,16 @@ def _host(name: str, groups: tuple[str, ...], merged: Mapping[str, _Var]) -> Hos
         last(USER_KEYS),
         last(KEY_FILE_KEYS),
     )
+    connection = merged.get(CONNECTION_PLUGIN_KEY)
+    local = connection is not None and connection.value in LOCAL_CONNECTIONS
+    proxy, refusal = (None, None) if local else _proxy(merged)
     return Host(
+        proxy_jump=proxy[1] if proxy is not None and proxy[0] == "proxyjump" else None,
+        proxy_command=proxy[1] if proxy is not None and proxy[0] == "proxycommand" else None,
         name=name,
         groups=groups,
+        connection="local" if local else "ssh",
+        ssh_refusal=None if local else (_password_refusal(merged) or refusal),
         address=str(address.value) if address else name,
         port=int(port.value) if port else DEFAULT_SSH_PORT,
         user=str(user.value) if user else None,
@@ -392,8 +471,69 @@ def _host(name: str, groups: tuple[str, ...], merged: Mapping[str, _Var]) -> Hos
     )
 
 
+def _proxy(merged: Mapping[str, _Var]) -> tuple[tuple[str, str] | None, str | None]:
+    """The ProxyJump or ProxyCommand OpenSSH would take from the host's ssh arguments (the
+    first given; `none` is none), as (option, value); or why they cannot be read."""
+    for key in PROXY_ARG_KEYS:
+        var = merged.get(key)
+        if var is None or var.value is None:
+            continue
+        try:
+            args = shlex.split(str(var.value))
+        except ValueError as error:
+            file, line = var.origin
+            where = file if line is None else f"{file}:{line}"
+            return None, f"{key} ({where}) cannot be split as a command line: {error}"
+        for option, value in _ssh_options(args):
+            if option in ("proxyjump", "proxycommand"):
+                return (None if value.lower() == "none" else (option, value)), None
+    return None, None
+
+
+def _ssh_options(args: Sequence[str]) -> Iterator[tuple[str, str]]:
+    """The `-o Name=value` options (and `-J`, which is ProxyJump) of an ssh command line,
+    names in lower case, as ssh(1) reads them: `-o Name value`, `-oName=value`."""
+    index = 0
+    while index < len(args):
+        argument = args[index]
+        index += 1
+        if argument in ("-J", "-o") and index < len(args):
+            text, index = args[index], index + 1
+        elif argument.startswith(("-J", "-o")) and len(argument) > 2:
+            text = argument[2:]
+        else:
+            continue
+        if argument.startswith("-J"):
+            yield "proxyjump", text
+            continue
+        # The name ends at the first `=` or blank (a value may hold either).
+        found = re.match(r"\s*([^=\s]+)\s*=?\s*(.*)", text, re.S)
+        if found is not None:
+            yield found.group(1).lower(), found.group(2).strip()
+
+
+def _password_refusal(merged: Mapping[str, _Var]) -> str | None:
+    """Why ctl's own SSH does not try a host Ansible logs in to with a password: ctl
+    never sends one (paramiko could, but a password kept in ctl's memory for every node it
+    reaches is a secret more to keep; a key does the same), nor prints it."""
+    found = [(key, merged[key]) for key in PASSWORD_KEYS if key in merged]
+    given = [(key, var) for key, var in found if var.value is not None]
+    if not given:
+        return None
+    key, var = given[-1]  # the one Ansible uses
+    file, line = var.origin
+    where = file if line is None else f"{file}:{line}"
+    return (
+        f"{key} ({where}) is an SSH password, which ctl's own SSH never uses (keys only):"
+        " not reached; give it a key (ansible_ssh_private_key_file, or one in ssh-agent)"
+    )
+
+
 VAULT_HEADER = "$ANSIBLE_VAULT;"  # a file ansible-vault encrypted whole
 Decrypt = Callable[[str, str], str]  # (file, its vaulted text) → its plain text
+# (a value holding templates, the host's variables) → the value rendered; ValueError (its
+# message the reason) for a template it refuses or cannot render.
+Render = Callable[[Any, Mapping[str, Any]], Any]
 
 
 def is_vaulted(source: SourceText) -> bool:
@@ -758,13 +898,15 @@ def _key(key: Any) -> str | int:
 # --- the I/O half -------------------------------------------------------------------------
 
 
-def load_inventory(path: Path, decrypt: Decrypt | None = None) -> Inventory:
+def load_inventory(
+    path: Path, decrypt: Decrypt | None = None, render: Render | None = None
+) -> Inventory:
     """Read the inventory at `path` (a file or a directory, as `ansible-inventory -i` takes).
 
     `decrypt` (file, text) → text opens files ansible-vault encrypted whole, as Ansible does
     given the password (cli/edges/vault.py); without it such a variables file is skipped
     with a warning, and such an inventory source refused. Raises InputError naming the file,
-    line and key of every problem found.
+    line and key of every problem found. `render` renders a template in ctl's keys (above).
     """
     files = [_opened(source, decrypt) for source in read_sources(path)]
     tree = parse_sources(files)
@@ -780,7 +922,7 @@ def load_inventory(path: Path, decrypt: Decrypt | None = None) -> Inventory:
     }
     if problems:
         raise InputError(problems)
-    return resolve(tree, str(path), group_vars, host_vars)
+    return resolve(tree, str(path), group_vars, host_vars, render)
 
 
 def _opened(source: SourceText, decrypt: Decrypt | None) -> SourceText:

@@ -93,12 +93,12 @@ def _first_changed_line(old: str, new: str) -> int:
 def _check(texts: InventoryTexts, sources: Mapping[str, str], node: str) -> None:
     """The edited texts, read as the loader reads them: `node` gone, the rest unchanged
     (other hosts' host_vars are not read here, nor changed; the check on disk reads all)."""
-    before = inventory_from_texts(texts.source, texts.sources, texts.group_vars, {})
+    before = inventory_from_texts(texts.source, texts.sources, texts.group_vars, {}, texts.render)
     files = [SourceText(s.file, sources[s.file]) for s in texts.sources]
     first = texts.sources[0].file if texts.sources else texts.source
     for source in files:  # each must still read in the form it was written in
         read_alone(source)
-    after = inventory_from_texts(texts.source, files, texts.group_vars, {})
+    after = inventory_from_texts(texts.source, files, texts.group_vars, {}, texts.render)
     if node in after.names():
         raise InputError.single(
             first, None, (), f"{node} is still in the inventory once its lines are removed"

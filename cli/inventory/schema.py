@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -210,6 +210,17 @@ class Host(Strict):
     vars: HostVars = Field(default_factory=HostVars)
     # Where each variable we read came from: our keys and the ansible_* ones we use.
     origins: dict[str, tuple[str, int | None]] = Field(default_factory=dict)
+    # How Ansible reaches it (ansible_connection): over SSH, as ctl's own session does, or
+    # `local`: it is the control host, and its commands run there as local processes.
+    connection: Literal["ssh", "local"] = "ssh"
+    # Why ctl's own SSH does not try it (an SSH password, which it never uses), in one line
+    # naming the variable's file and line; None when it does.
+    ssh_refusal: str | None = None
+    # The way there when not straight, as OpenSSH reads ansible_ssh_common_args and
+    # ansible_ssh_extra_args: a ProxyJump (`[user@]bastion[:port]`, hops joined by commas)
+    # or a ProxyCommand (its tokens, %h %p %r, unexpanded); at most one is set.
+    proxy_jump: str | None = None
+    proxy_command: str | None = None
 
     def origin(self, key: str) -> tuple[str, int | None] | None:
         return self.origins.get(key)
@@ -223,7 +234,7 @@ class Inventory(Strict):
     # group → every host in it or in its child groups, in host order; empty groups included
     groups: dict[str, tuple[str, ...]] = Field(default_factory=dict)
     # What to warn of: variables files left unread (Vault-encrypted), each with why, and
-    # connection settings ctl does not follow (ansible_connection: local).
+    # connection settings ctl does not follow (ansible_connection: docker).
     warnings: tuple[str, ...] = ()
 
     @model_validator(mode="after")

@@ -13,6 +13,8 @@ from functools import cached_property
 from pathlib import Path
 
 from cli.cluster.snapshot import Snapshot, build_snapshot
+from cli.edges import ssh
+from cli.edges.templating import render_template
 from cli.errors import InputError
 from cli.facts.cache import FactsCache
 from cli.facts.gather import Target, gather
@@ -21,7 +23,7 @@ from cli.facts.model import NodeFacts
 from cli.facts.probe import facts_from_attempt
 from cli.facts.store import load_facts_dir
 from cli.inventory.load import load_inventory
-from cli.inventory.schema import Inventory
+from cli.inventory.schema import Host, Inventory
 from cli.ops.context import AppContext
 from cli.reconcile.renewal import Renewal, ca_warnings, due_renewals
 
@@ -97,17 +99,35 @@ def _snapshot(
 
 def node_targets(inventory: Inventory) -> list[Target]:
     """How ctl's own SSH sessions reach each node, as the inventory says."""
-    return [
-        Target(
-            h.name,
-            h.address,
-            h.port,
-            h.user,
-            h.private_key_file,
-            h.vars.modelfleet_model_store,
+    targets = []
+    for h in inventory.hosts:
+        proxy, refused = proxy_of(h)
+        targets.append(
+            Target(
+                h.name,
+                h.address,
+                h.port,
+                h.user,
+                h.private_key_file,
+                h.vars.modelfleet_model_store,
+                h.ssh_refusal or refused,
+                h.connection == "local",
+                proxy,
+            )
         )
-        for h in inventory.hosts
-    ]
+    return targets
+
+
+def proxy_of(host: Host) -> tuple[ssh.Proxy | None, str | None]:
+    """The host's ProxyJump or ProxyCommand as ctl's SSH follows it; or why it cannot."""
+    if host.proxy_command is not None:
+        return ssh.Proxy(command=host.proxy_command), None
+    if host.proxy_jump is None:
+        return None, None
+    try:
+        return ssh.Proxy(jump=ssh.parse_proxy_jump(host.proxy_jump)), None
+    except ValueError as error:
+        return None, str(error)
 
 
 def gather_fleet(
@@ -152,7 +172,7 @@ def load_fleet(
 ) -> Fleet:
     """The inventory at `inventory_path` and its facts: from the snapshot `facts_dir`, or
     gathered live now. Bad input raises InputError; a node not reached is in `unreached`."""
-    inventory = load_inventory(inventory_path, options.decrypt())
+    inventory = load_inventory(inventory_path, options.decrypt(), render=render_template)
     return fleet_of(options, inventory, inventory_path, facts_dir, on_progress)
 
 

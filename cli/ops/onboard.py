@@ -35,6 +35,7 @@ from cryptography.hazmat.primitives import serialization
 
 from cli.edges import ssh
 from cli.edges.ssh import NodeError, fingerprint
+from cli.edges.templating import render_template
 from cli.errors import InputError, near_miss
 from cli.inventory.edit import noted
 from cli.inventory.load import load_inventory
@@ -154,7 +155,11 @@ def onboard(
         client.close()
 
     if target.plan is not None:
-        before = load_inventory(request.inventory) if request.inventory.exists() else None
+        before = (
+            load_inventory(request.inventory, render=render_template)
+            if request.inventory.exists()
+            else None
+        )
         try:
             inventory = commit_host(target.plan, request.inventory, before)
         except InputError as error:
@@ -162,7 +167,7 @@ def onboard(
             raise noted(error, again) from None
         say(f"{request.name}: added to the inventory ({target.plan.where})")
     else:
-        inventory = load_inventory(request.inventory)
+        inventory = load_inventory(request.inventory, render=render_template)
     return Outcome(inventory, inventory.host(request.name), cert, issued, why)
 
 
@@ -176,7 +181,11 @@ def _target(request: Request) -> _Target:
         key_file = request.identity.expanduser().absolute()
         if not key_file.is_file():
             raise InputError.single(str(request.identity), None, (), "no such key file")
-    inventory = load_inventory(request.inventory) if request.inventory.exists() else None
+    inventory = (
+        load_inventory(request.inventory, render=render_template)
+        if request.inventory.exists()
+        else None
+    )
     if inventory is not None and request.name in inventory.names():
         return _existing(request, inventory.host(request.name), key_file)
     if request.address is None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from cli.catalog.load import Catalog
 from cli.cluster.snapshot import checked
 from cli.edges.ansible import PlaybookRun
+from cli.edges.templating import render_template
 from cli.errors import InputError, InputProblem
 from cli.inventory.edit import cordon_node
 from cli.inventory.load import load_inventory
@@ -177,7 +178,10 @@ def _cordon_unless_cordoned(
     """Cordon `node` with `reason` unless the inventory says it is cordoned; the line that
     says so, or None."""
     decrypt = options.decrypt()
-    if load_inventory(inventory_path, decrypt).host(node).vars.cordoned is not None:
+    if (
+        load_inventory(inventory_path, decrypt, render=render_template).host(node).vars.cordoned
+        is not None
+    ):
         return None
     return cordon_node(inventory_path, node, reason, decrypt)
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from cli.edges import ssh
 from cli.inventory.schema import Inventory
+from cli.ops.fleet import proxy_of
 from cli.ops.onboard import certify
 from cli.pki.addhost import DEFAULT_USER
 from cli.pki.certs import NodeNames, serial_hex
@@ -81,8 +82,14 @@ def _renew(
             error=f"{known_hosts} has no host key for {where}: ctl onboard-node {name} pins it",
         )
     key_file = Path(host.private_key_file).expanduser() if host.private_key_file else None
+    proxy, unusable = proxy_of(host)
+    if unusable is not None:
+        return Renewed(name, error=unusable)
     try:
-        client = ssh.login(host.address, host.port, user, key_file, pinned, connect_timeout)
+        client = ssh.login(
+            host.address, host.port, user, key_file, pinned, connect_timeout,
+            proxy=proxy, known=ssh.load_known_hosts(known_hosts),
+        )  # fmt: skip
     except Exception as error:  # every failure is this node's reason, never the pass's
         reason = ssh.describe_failure(
             error, host.address, host.port, user, known_hosts, connect_timeout

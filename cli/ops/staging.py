@@ -138,8 +138,9 @@ def watch_staging(
             keys = ssh.known_keys(known_hosts, target.address, target.port)
             key_file = Path(target.key_file) if target.key_file else None
             client = ssh.login(
-                target.address, target.port, target.user, key_file, keys, connect_timeout
-            )
+                target.address, target.port, target.user, key_file, keys, connect_timeout,
+                proxy=target.proxy, known=ssh.load_known_hosts(known_hosts),
+            )  # fmt: skip
         except Exception:
             return
         try:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from ruamel.yaml.nodes import MappingNode, Node
 
+from cli.edges.templating import render_template
 from cli.errors import InputError
 from cli.inventory.cordon import FileEdit, InventoryTexts
 from cli.inventory.edit import read_texts, write_verified
@@ -179,11 +180,14 @@ def new_inventory_texts(inventory: Path) -> InventoryTexts:
         {},
         (),
         str(base / "host_vars" / "none.yml"),
+        render=render_template,
     )
 
 
 def _evaluate(texts: InventoryTexts, sources: Sequence[SourceText], name: str) -> Inventory:
-    return inventory_from_texts(texts.source, sources, texts.group_vars, {name: texts.host_vars})
+    return inventory_from_texts(
+        texts.source, sources, texts.group_vars, {name: texts.host_vars}, texts.render
+    )
 
 
 def _check_host(host: Host, new: NewHost, file: str) -> None:
@@ -293,8 +297,9 @@ def read_inventory_texts(inventory: Path, name: str) -> InventoryTexts:
     if not texts.sources and inventory.is_dir():
         new = new_inventory_texts(inventory)
         return InventoryTexts(
-            texts.source, new.sources, texts.group_vars, texts.host_vars, texts.vars_file
-        )
+            texts.source, new.sources, texts.group_vars, texts.host_vars, texts.vars_file,
+            render=texts.render,
+        )  # fmt: skip
     return texts
 
 
@@ -303,7 +308,7 @@ def commit_host(plan: HostPlan, inventory: Path, before: Inventory | None) -> In
     anything is not as planned."""
 
     def verify() -> Inventory:
-        after = load_inventory(inventory)
+        after = load_inventory(inventory, render=render_template)
         problem = _mismatch(plan, before, after)
         if problem is not None:
             raise InputError.single(

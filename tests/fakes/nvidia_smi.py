@@ -6,10 +6,11 @@ with (tests/unit/samples/), for the invocations the facts probe makes:
 
     nvidia-smi --query-gpu=FIELDS --format=csv[,noheader][,nounits]
     nvidia-smi --query-compute-apps=FIELDS --format=csv[,noheader][,nounits]
+    nvidia-smi --query-remapped-rows=FIELDS --format=csv[,noheader][,nounits]
     nvidia-smi topo -m              (also: topo --matrix)
     nvidia-smi -L                   (also: --list-gpus)
 
-FIELDS is any subset, in any order, of the fields in GPU_FIELDS / APP_FIELDS (with
+FIELDS is any subset, in any order, of the fields in GPU_FIELDS / APP_FIELDS / REMAP_FIELDS (with
 nvidia-smi's aliases). Anything else fails the way the real tool fails: an unknown field
 (`Field "x" is not a valid field to query.`, exit 2), an unknown option (exit 2), a bad
 combination (exit 2), no driver (exit 9). Invocations the real tool accepts but this fake
@@ -71,6 +72,16 @@ class GpuData(TypedDict):
     # mig.mode.current: "Enabled" or "Disabled" on a GPU with MIG (A100, A30, H100...);
     # None, printed [N/A], on one without. Absent from older data files: None.
     mig_mode: NotRequired[str | None]
+    # Memory repairs pending (retired_pages.pending before Ampere; remapped_rows.pending and
+    # .failure from Ampere on, whose other feature prints [N/A]): True "Yes", False "No",
+    # None or absent "[N/A]". NVML: nvmlDeviceGetRetiredPagesPendingStatus,
+    # nvmlDeviceGetRemappedRows.
+    retired_pages_pending: NotRequired[bool | None]
+    remapped_rows_pending: NotRequired[bool | None]
+    remapped_rows_failure: NotRequired[bool | None]
+    # Fields the GPU answers with an error instead of a value, by field name: "ERR!",
+    # "[GPU requires reset]" (nvidia-smi(1)); printed as they are, with or without nounits.
+    faults: NotRequired[dict[str, str]]
 
 
 class NicData(TypedDict):
@@ -120,7 +131,9 @@ class _Field:
         # The header keeps its unit even with nounits; only the values lose theirs.
         return f"{self.header} [{self.unit}]" if self.unit else self.header
 
-    def render(self, data: FakeData, row: int, units: bool) -> str:
+    def render(self, data: FakeData, row: int, units: bool, fault: str | None = None) -> str:
+        if fault is not None:
+            return fault
         text = self.value(data, row)
         if self.unit and units and text != NOT_AVAILABLE:
             return f"{text} {self.unit}"
@@ -140,6 +153,22 @@ def _mig_mode(data: FakeData, row: int) -> str:
     return _gpu(data, row).get("mig_mode") or NOT_AVAILABLE
 
 
+def _yes_no(value: bool | None) -> str:
+    return NOT_AVAILABLE if value is None else ("Yes" if value else "No")
+
+
+def _flag(name: str) -> Callable[[FakeData, int], str]:
+    def value(data: FakeData, row: int) -> str:
+        return _yes_no(cast(bool | None, _gpu(data, row).get(name)))
+
+    return value
+
+
+def _remap_count(data: FakeData, row: int) -> str:
+    # Rows remapped so far: none in this fake; [N/A] where the GPU remaps no rows.
+    return NOT_AVAILABLE if _gpu(data, row).get("remapped_rows_pending") is None else "0"
+
+
 def _free(data: FakeData, row: int) -> str:
     gpu = _gpu(data, row)
     return str(gpu["memory_total_mib"] - gpu["memory_used_mib"])
@@ -157,6 +186,7 @@ GPU_FIELDS: Final[dict[str, _Field]] = {
         "ecc.errors.uncorrected.volatile.total", None, _ecc
     ),
     "mig.mode.current": _Field("mig.mode.current", None, _mig_mode),
+    "retired_pages.pending": _Field("retired_pages.pending", None, _flag("retired_pages_pending")),
     "count": _Field("count", None, lambda d, r: str(len(d["gpus"]))),
     "driver_version": _Field("driver_version", None, lambda d, r: d["driver_version"]),
 }
@@ -164,6 +194,17 @@ GPU_ALIASES: Final[dict[str, str]] = {
     "gpu_uuid": "uuid",
     "gpu_name": "name",
     "gpu_bus_id": "pci.bus_id",
+}
+
+
+# --query-remapped-rows (nvidia-smi --help-query-remapped-rows), one row per GPU.
+REMAP_FIELDS: Final[dict[str, _Field]] = {
+    "gpu_uuid": _Field("gpu_uuid", None, lambda d, r: _gpu(d, r)["uuid"]),
+    "gpu_bus_id": _Field("gpu_bus_id", None, lambda d, r: _gpu(d, r)["pci_bus_id"]),
+    "remapped_rows.correctable": _Field("remapped_rows.correctable", None, _remap_count),
+    "remapped_rows.uncorrectable": _Field("remapped_rows.uncorrectable", None, _remap_count),
+    "remapped_rows.pending": _Field("remapped_rows.pending", None, _flag("remapped_rows_pending")),
+    "remapped_rows.failure": _Field("remapped_rows.failure", None, _flag("remapped_rows_failure")),
 }
 
 
@@ -202,6 +243,7 @@ def _query(
     aliases: dict[str, str],
     rows: int,
     out: TextIO,
+    faults: Callable[[int], Mapping[str, str]] = lambda _row: {},
 ) -> int:
     fields: list[_Field] = []
     for name in fields_text.split(","):
@@ -218,7 +260,9 @@ def _query(
         out.write(", ".join(field.heading() for field in fields) + "\n")
     units = "nounits" not in options
     for row in range(rows):
-        out.write(", ".join(field.render(data, row, units) for field in fields) + "\n")
+        errors = faults(row)
+        rendered = (field.render(data, row, units, errors.get(field.header)) for field in fields)
+        out.write(", ".join(rendered) + "\n")
     return EXIT_OK
 
 
@@ -327,7 +371,8 @@ def _unknown_option(option: str, out: TextIO) -> int:
     return EXIT_INVALID_ARGUMENT
 
 
-_VALUED: Final = ("--query-gpu", "--query-compute-apps", "--format")
+_VALUED: Final = ("--query-gpu", "--query-compute-apps", "--query-remapped-rows", "--format")
+_QUERIES: Final = ("--query-gpu", "--query-compute-apps", "--query-remapped-rows")
 _KNOWN_UNIMPLEMENTED: Final = frozenset(
     {"-q", "--query", "-i", "--id", "-l", "--loop", "-f", "--filename", "-x", "--xml-format"}
 )
@@ -382,7 +427,7 @@ def main(
             return _unknown_option(argument, out)
         position += 1
 
-    queries = [name for name in ("--query-gpu", "--query-compute-apps") if name in values]
+    queries = [name for name in _QUERIES if name in values]
     if list_gpus:
         if values:
             out.write(BAD_COMBINATION)
@@ -401,6 +446,10 @@ def main(
     if not data["gpus"]:
         out.write(NO_DEVICES)
         return EXIT_NO_DEVICES
+
+    def gpu_faults(row: int) -> Mapping[str, str]:
+        return data["gpus"][row].get("faults") or {}
+
     if queries == ["--query-gpu"]:
         return _query(
             data,
@@ -410,6 +459,18 @@ def main(
             GPU_ALIASES,
             len(data["gpus"]),
             out,
+            gpu_faults,
+        )
+    if queries == ["--query-remapped-rows"]:
+        return _query(
+            data,
+            values["--query-remapped-rows"],
+            values["--format"],
+            REMAP_FIELDS,
+            {},
+            len(data["gpus"]),
+            out,
+            gpu_faults,
         )
     return _query(
         data,
@@ -433,6 +494,11 @@ PROBE_INVOCATIONS: Final[Mapping[str, tuple[str, ...]]] = {
         "--format=csv,noheader,nounits",
     ),
     "mig": ("--query-gpu=index,mig.mode.current", "--format=csv,noheader,nounits"),
+    "retired-pages": ("--query-gpu=index,retired_pages.pending", "--format=csv,noheader,nounits"),
+    "remapped-rows": (
+        "--query-remapped-rows=gpu_uuid,remapped_rows.pending,remapped_rows.failure",
+        "--format=csv,noheader,nounits",
+    ),
     "compute-apps": (
         "--query-compute-apps=gpu_uuid,pid,process_name,used_memory",
         "--format=csv,noheader,nounits",

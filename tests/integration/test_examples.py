@@ -336,3 +336,29 @@ def test_nodes_json_carries_the_model_store_as_the_node_reported_it() -> None:
             "completed": "2026-06-02T11:20:55Z",
         }
     ]
+
+
+def test_drain_dry_run_on_the_example_snapshot_moves_the_nodes_replicas_and_writes_nothing() -> (
+    None
+):
+    before = {p: p.read_bytes() for p in (EXAMPLES / "inventory").rglob("*") if p.is_file()}
+
+    result = ctl(
+        "drain", "hgx-2", "--dry-run", "--catalog", str(EXAMPLES / "catalog.yaml"), *FLEET_ARGS
+    )
+
+    assert result.returncode == 1, result.stderr  # deepseek-v3 still fits nowhere
+    out = result.stdout
+    assert re.search(r"start +llama-3\.1-8b-2 +h100x1 +hgx-3 +GPU 7", out)
+    assert "moves llama-3.1-8b-1 off a drained node" in out
+    assert re.search(r"drain +llama-3\.1-8b-1 +node drained \[hgx-2\]", out)
+    assert "hgx-2: drained" in out
+    after = {p: p.read_bytes() for p in (EXAMPLES / "inventory").rglob("*") if p.is_file()}
+    assert after == before  # a dry run writes no cordon
+
+
+def test_drain_reads_a_snapshot_only_for_a_dry_run() -> None:
+    result = ctl("drain", "hgx-2", "--catalog", str(EXAMPLES / "catalog.yaml"), *FLEET_ARGS)
+
+    assert result.returncode == 2
+    assert "--facts reads a snapshot: use it with --dry-run" in result.stderr

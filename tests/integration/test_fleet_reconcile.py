@@ -204,6 +204,9 @@ def test_reconcile_runs_the_catalog_and_recovers_without_an_operator(
     result = ctl("reconcile", "--dry-run")
     assert f"leave  {chat_replica}" in result.stdout or "leave " in result.stdout
     assert "start  chat" not in result.stdout  # a blip is not a loss
+    # Lost counts from the first failure seen (the dry run's), never from the last
+    # success: it must have been seen failing for longer than lost_after.
+    time.sleep(1.5)
     result = ctl("reconcile", lost_after="1s")
     assert re.search(r"start +chat-\d+ +h100x1 +node-\d", result.stdout), result.stdout
     moved = {r: s for r, s in ctl.shards().items() if r.startswith("chat")}

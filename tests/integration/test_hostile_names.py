@@ -159,16 +159,16 @@ def test_a_symlink_in_a_facts_directory_is_not_followed_nor_its_target_quoted(
     )
 
 
-def test_a_local_connection_is_one_warning_line_naming_the_host_and_its_file(
+def test_an_unfollowed_connection_is_one_warning_line_naming_the_host_and_its_file(
     tmp_path: Path,
 ) -> None:
     inventory = tmp_path / "inventory"
     shutil.copytree(EXAMPLES / "inventory", inventory)
     host_vars = inventory / "host_vars" / "hgx-5.yml"
-    host_vars.write_text(host_vars.read_text() + "ansible_connection: local\n")
+    host_vars.write_text(host_vars.read_text() + "ansible_connection: docker\n")
     result = ctl("nodes", "-i", str(inventory), "--facts", str(EXAMPLES / "facts"))
     assert result.returncode == 1, result.stderr  # l40s-2 is unreachable in the snapshot
     assert (
-        f"warning: hgx-5: ansible_connection 'local' ({host_vars}:3) is not followed:"
+        f"warning: hgx-5: ansible_connection 'docker' ({host_vars}:3) is not followed:"
         " ctl reaches hgx-5 over SSH all the same\n"
     ) in result.stderr

@@ -44,21 +44,27 @@ def published_inventories() -> list[Path]:
 INVENTORIES = OURS + published_inventories()
 
 
-def ansible_list(
-    inventory: Path, tmp_path: Path, vault_password_file: Path | None = None
-) -> dict[str, Any]:
-    """`ansible-inventory -i INVENTORY --list`, with Ansible's defaults and nothing of ours."""
+def ansible_environment(tmp_path: Path) -> dict[str, str]:
+    """This environment less every ANSIBLE_* setting, and Ansible's defaults in `tmp_path`."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")}
     config = tmp_path / "ansible.cfg"
     config.write_text("[defaults]\n")
-    env |= {
+    return env | {
         "ANSIBLE_CONFIG": str(config),
         "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
         "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
         "ANSIBLE_INVENTORY_ENABLED": "yaml,ini",  # the forms ctl reads, in Ansible's order
+        "ANSIBLE_NOCOLOR": "1",
+    }
+
+
+def ansible_list(
+    inventory: Path, tmp_path: Path, vault_password_file: Path | None = None
+) -> dict[str, Any]:
+    """`ansible-inventory -i INVENTORY --list`, with Ansible's defaults and nothing of ours."""
+    env = ansible_environment(tmp_path) | {
         "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "true",
         "ANSIBLE_INVENTORY_UNPARSED_FAILED": "true",
-        "ANSIBLE_NOCOLOR": "1",
     }
     vault = ["--vault-password-file", str(vault_password_file)] if vault_password_file else []
     done = subprocess.run(

@@ -500,6 +500,12 @@ def test_what_the_fake_nvidia_smi_prints_is_read_back_exactly(data: FakeData) ->
 
 
 NOT_REPORTED = ("[N/A]", "N/A", "[Not Supported]", "[Unknown Error]", "ERR!")
+OPTIONAL_GPU_FIELDS = (
+    "pci.bus_id",
+    "memory.total",
+    "memory.used",
+    "ecc.errors.uncorrected.volatile.total",
+)
 GPU_NAME = st.text(
     st.characters(categories=("L", "N"), include_characters=" -_()"), min_size=1, max_size=20
 ).filter(lambda name: name.strip() == name and name not in NOT_REPORTED)
@@ -520,12 +526,18 @@ def gpu_rows(draw: st.DrawFn) -> tuple[tuple[Gpu, ...], str]:
             memory_used_mib=draw(optional),
             ecc_uncorrected=draw(optional),
         )
-        gpus.append(gpu)
         values = [
             str(gpu.index), gpu.uuid, gpu.name, gpu.pci_bus_id, gpu.memory_total_mib,
             gpu.memory_used_mib, gpu.ecc_uncorrected,
         ]  # fmt: skip
         shown = [draw(st.sampled_from(NOT_REPORTED)) if v is None else str(v) for v in values]
+        # The GPU's own error (ERR!) in a field is a fault too (docs/facts.md, Gpu).
+        faults = tuple(
+            f"{field}: {value}"
+            for field, value in zip(OPTIONAL_GPU_FIELDS, shown[3:], strict=True)
+            if value == "ERR!"
+        )
+        gpus.append(gpu.model_copy(update={"faults": faults}))
         lines.append(draw(st.sampled_from((",", ", ", " , "))).join(shown))
     blank = draw(st.sampled_from(("", "\n", "\n\n  \n")))
     return tuple(gpus), blank + "\n".join(lines) + "\n"

@@ -80,6 +80,21 @@ def gpu_data(node: str, spec: NodeSpec) -> dict[str, Any]:
                     if gpus.has_mig()
                     else None
                 ),
+                "retired_pages_pending": (
+                    index in gpus.repair_pending if gpus.retires_pages() else None
+                ),
+                "remapped_rows_pending": (
+                    None if gpus.retires_pages() else index in gpus.repair_pending
+                ),
+                "remapped_rows_failure": None if gpus.retires_pages() else False,
+                "faults": (
+                    dict.fromkeys(
+                        ("memory.used", "ecc.errors.uncorrected.volatile.total"),
+                        "[GPU requires reset]",
+                    )
+                    if index in gpus.requires_reset
+                    else {}
+                ),
             }
         )
     nics = []

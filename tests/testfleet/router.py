@@ -32,6 +32,7 @@ GROUP: Final = "routers"
 PORT: Final = 4000  # deploy_router.yml's modelfleet_router_port default
 ROUTER_ETC: Final = "/etc/modelfleet/router"
 PIP_CA: Final = f"{ROUTER_ETC}/pip-ca.pem"
+CRL: Final = f"{ROUTER_ETC}/crl.pem"
 
 
 def router_group_vars(environ: Mapping[str, str] | None = None) -> dict[str, object]:
@@ -50,19 +51,23 @@ class Reachable(Protocol):
 
 
 def prepare_router(fleet: Reachable, node: str, environ: Mapping[str, str] | None = None) -> None:
-    """PIP_CERT's CA where router_group_vars told the router's pip to find it."""
+    """The router on `node` without a revocation list a test before left (each test makes
+    a CA of its own, and HAProxy checking an engine against another CA's list refuses it:
+    every replica down, every request 503); and PIP_CERT's CA where router_group_vars told
+    the router's pip to find it."""
     environ = os.environ if environ is None else environ
-    if not router_group_vars(environ):
-        return
-    script = f"mkdir -p {ROUTER_ETC} && cat > {PIP_CA}"
+    script = f"mkdir -p {ROUTER_ETC} && rm -f {CRL}"
+    pip_ca = b""
+    if router_group_vars(environ):
+        script += f" && cat > {PIP_CA}"
+        pip_ca = Path(environ["PIP_CERT"]).read_bytes()
     done = subprocess.run(
         fleet.ssh_command(node, f"sh -c {shlex.quote(script)}"),
-        input=Path(environ["PIP_CERT"]).read_bytes(), capture_output=True, timeout=60,
-        check=False,
+        input=pip_ca, capture_output=True, timeout=60, check=False,
     )  # fmt: skip
     if done.returncode != 0:
         why = done.stderr.decode(errors="replace").strip()
-        raise FleetError(f"{node}: copying pip's CA to the router failed: {why}")
+        raise FleetError(f"{node}: preparing the router failed: {why}")
 
 
 UNITS: Final = ("modelfleet-router-front.service", "modelfleet-router.service")

@@ -35,6 +35,9 @@ HCA_STATES: Final = {"DOWN": 1, "INIT": 2, "ARMED": 3, "ACTIVE": 4, "ACTIVE_DEFE
 # The data-centre GPUs with MIG (NVIDIA's MIG user guide, "Supported GPUs"), by the names
 # nvidia-smi prints; any other model reports mig.mode.current as [N/A].
 MIG_MODELS: Final = re.compile(r"\b(A100|A30|A800|H100|H200|H800|H20|B200|GB200)\b")
+# GPUs from before Ampere retire pages; Ampere and newer remap rows instead (NVIDIA's "GPU
+# Memory Error Management", Supported GPUs): each prints [N/A] for the other's fields.
+PAGE_RETIREMENT_MODELS: Final = re.compile(r"\b(K80|M60|P4|P40|P100|V100|T4|TITAN V)\b")
 
 
 class FleetError(Exception):
@@ -135,6 +138,12 @@ class GpuSpec(_Spec):
     uncorrected_ecc: Mapping[Whole, Whole] = Field(default_factory=dict)  # GPU index → errors
     processes: tuple[GpuProcessSpec, ...] = ()
     mig_enabled: tuple[Whole, ...] = ()  # GPU indices in MIG mode (a GPU model that has it)
+    # GPU indices waiting for a memory repair: rows pending remapping, or on a GPU from
+    # before Ampere pages pending retirement (nvidia-smi prints Yes for the pending field).
+    repair_pending: tuple[Whole, ...] = ()
+    # GPU indices that need a reset: nvidia-smi prints [GPU requires reset] in their
+    # memory.used and ECC fields.
+    requires_reset: tuple[Whole, ...] = ()
 
     @field_validator("nvlink", mode="before")
     @classmethod
@@ -165,6 +174,8 @@ class GpuSpec(_Spec):
             *((f"uncorrected_ecc.{gpu}", gpu) for gpu in self.uncorrected_ecc),
             *((f"processes[{n}].gpu", process.gpu) for n, process in enumerate(self.processes)),
             *((f"mig_enabled[{n}]", gpu) for n, gpu in enumerate(self.mig_enabled)),
+            *((f"repair_pending[{n}]", gpu) for n, gpu in enumerate(self.repair_pending)),
+            *((f"requires_reset[{n}]", gpu) for n, gpu in enumerate(self.requires_reset)),
         ]
         for where, gpu in indices:
             if gpu >= self.count:
@@ -181,6 +192,10 @@ class GpuSpec(_Spec):
     def has_mig(self) -> bool:
         """Whether nvidia-smi gives this model a MIG mode (mig.mode.current not [N/A])."""
         return MIG_MODELS.search(self.model) is not None
+
+    def retires_pages(self) -> bool:
+        """Whether this model retires pages (before Ampere) rather than remapping rows."""
+        return PAGE_RETIREMENT_MODELS.search(self.model) is not None
 
     def groups(self) -> tuple[tuple[int, ...], ...]:
         """The NVLink groups the spec lists (none for "all" and "none")."""

@@ -31,14 +31,18 @@ PROBE = ROOT / "cli" / "facts" / "probe.sh"
 
 def probe_invocations() -> dict[str, list[str]]:
     """The nvidia-smi command lines of the probe (run by its `smi` wrapper), by their first
-    argument; "mig" for the MIG mode query."""
+    argument; "mig" and "retired-pages" for the other two --query-gpu queries."""
     found: dict[str, list[str]] = {}
     for line in PROBE.read_text().splitlines():
         match = re.match(r"^\s*smi\s+(.*?)\s*$", line)
         if match is not None:
             argv = shlex.split(match.group(1))
             name = argv[0].partition("=")[0]
-            found["mig" if "mig.mode.current" in argv[0] else name] = argv
+            if "mig.mode.current" in argv[0]:
+                name = "mig"
+            elif "retired_pages" in argv[0]:
+                name = "retired-pages"
+            found[name] = argv
     return found
 
 
@@ -59,8 +63,15 @@ GPU_NODES = [
 ]
 
 
-def test_the_probe_runs_four_nvidia_smi_commands() -> None:
-    assert sorted(probe_invocations()) == ["--query-compute-apps", "--query-gpu", "mig", "topo"]
+def test_the_probe_runs_six_nvidia_smi_commands() -> None:
+    assert sorted(probe_invocations()) == [
+        "--query-compute-apps",
+        "--query-gpu",
+        "--query-remapped-rows",
+        "mig",
+        "retired-pages",
+        "topo",
+    ]
 
 
 @pytest.mark.parametrize(("name", "spec"), GPU_NODES, ids=[name for name, _ in GPU_NODES])
