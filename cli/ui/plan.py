@@ -75,4 +75,4 @@ def render_plan(plan: Plan) -> list[str]:
         )
     if not lines:
         lines.append("nothing to do: the fleet runs what the catalog asks")
-    return scaling + lines
+    return lines + scaling

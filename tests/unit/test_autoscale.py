@@ -158,8 +158,8 @@ def test_a_load_held_but_not_long_enough_changes_nothing_and_keeps_its_window() 
     assert result.empty
     assert result.scale_memory == {"chat": Memory(above_since=since)}
     assert render_plan(result) == [
-        "scale  chat  1  why: 9.0 waiting per replica > 4 for 10 s of 30 s",
         "nothing to do: the fleet runs what the catalog asks",
+        "scale  chat  1  why: 9.0 waiting per replica > 4 for 10 s of 30 s",
     ]
 
 
