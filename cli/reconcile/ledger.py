@@ -4,9 +4,10 @@ inventory in the state directory."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
+from typing import TypeVar
 
 from cli.edges.files import atomic_write, state_dir, state_key
 from cli.names import file_in
@@ -30,18 +31,28 @@ class _NotALedgerError(ValueError):
 def load_ledger(path: Path) -> tuple[dict[str, Backoff], str | None]:
     """The ledger, and a warning when it could not be read: then it is empty, and the
     pass writes it afresh (only clocks are lost). Missing is no warning: never written."""
+    return _load(path, MAX_LEDGER_BYTES, _entry, "backoff ledger")
+
+
+Entry = TypeVar("Entry")
+
+
+def _load(
+    path: Path, limit: int, entry: Callable[[object], Entry], what: str
+) -> tuple[dict[str, Entry], str | None]:
+    """A JSON object of model → entry; empty, with a warning saying why, when unreadable."""
     try:
-        data = json.loads(read_regular_file(path, MAX_LEDGER_BYTES, follow_symlinks=False))
+        data = json.loads(read_regular_file(path, limit, follow_symlinks=False))
         if not isinstance(data, dict):
             raise _NotALedgerError("not a JSON object")
-        return {str(model): _entry(entry) for model, entry in data.items()}, None
+        return {str(model): entry(value) for model, value in data.items()}, None
     except FileNotFoundError:
         return {}, None
     except OSError as error:
         why = error.strerror or type(error).__name__
     except (ValueError, KeyError, TypeError) as error:
-        why = str(error) if isinstance(error, _NotALedgerError) else "not a backoff ledger"
-    return {}, f"ignoring unreadable backoff ledger {path} ({why}): it is written afresh"
+        why = str(error) if isinstance(error, _NotALedgerError) else f"not a {what}"
+    return {}, f"ignoring unreadable {what} {path} ({why}): it is written afresh"
 
 
 def _entry(entry: object) -> Backoff:
@@ -89,18 +100,7 @@ MAX_SCALE_MEMORY_BYTES = 4 * 1024 * 1024
 def load_scale_memory(path: Path) -> tuple[dict[str, Memory], str | None]:
     """The autoscaler's memory, and a warning when it could not be read: then it is
     empty, and every window starts again (no decision is made early, only later)."""
-    try:
-        data = json.loads(read_regular_file(path, MAX_SCALE_MEMORY_BYTES, follow_symlinks=False))
-        if not isinstance(data, dict):
-            raise _NotALedgerError("not a JSON object")
-        return {str(model): _memory(entry) for model, entry in data.items()}, None
-    except FileNotFoundError:
-        return {}, None
-    except OSError as error:
-        why = error.strerror or type(error).__name__
-    except (ValueError, KeyError, TypeError) as error:
-        why = str(error) if isinstance(error, _NotALedgerError) else "not the autoscaler's memory"
-    return {}, f"ignoring the unreadable autoscaler memory {path} ({why}): it is written afresh"
+    return _load(path, MAX_SCALE_MEMORY_BYTES, _memory, "autoscaler memory")
 
 
 def _time(value: object) -> datetime | None:

@@ -10,7 +10,6 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ from cli.facts.sections.load import (
 )
 from tests.builders import NOW
 from tests.ctl import ROOT
+from tests.unit import test_standin_engine
 from tests.unit.test_standin_engine import (
     LOCALHOST,
     Engines,
@@ -34,6 +34,8 @@ from tests.unit.test_standin_engine import (
     http,
     vllm_args,
 )
+
+engines = test_standin_engine.engines  # the fixture: the programs as a node has them
 
 PROBE = ROOT / "cli" / "facts" / "probe.sh"
 
@@ -46,15 +48,6 @@ def _metrics_of(engine: str) -> LoadMetrics:
 
 VLLM, SGLANG, LLAMA = _metrics_of("vllm"), _metrics_of("sglang"), _metrics_of("llama.cpp")
 REFUSED = "its /metrics was not read: 'error ConnectionRefusedError'"
-
-
-@pytest.fixture
-def engines(tmp_path: Path) -> Iterator[Engines]:
-    fleet = Engines(tmp_path)
-    try:
-        yield fleet
-    finally:
-        fleet.close()
 
 
 def _load_until(base: str, wanted: tuple[float, float], metrics_name: str = "vllm") -> ReplicaLoad:
