@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 from tests.ctl import ROOT, ctl
+from tests.terminal import on_a_terminal
 
 EXAMPLES = ROOT / "examples"
 
@@ -63,7 +66,39 @@ def test_a_node_not_reached_says_nothing_of_its_replicas_load_now(tmp_path: Path
     )  # fmt: skip
 
 
-def test_top_without_once_or_json_is_refused_until_the_live_table_exists() -> None:
-    done = ctl("top", *_args())
+def test_top_with_a_bad_interval_is_bad_input() -> None:
+    done = ctl("top", "--interval", "0", *_args())
     assert done.returncode == 2
-    assert "use --once or --json" in done.stderr
+    assert "--interval" in done.stderr
+
+
+def test_the_live_table_is_redrawn_in_place_with_new_figures_until_ctrl_c(
+    tmp_path: Path,
+) -> None:
+    facts = tmp_path / "facts"
+    shutil.copytree(EXAMPLES / "facts", facts)
+
+    def busier() -> None:
+        time.sleep(2)  # after the first frame: the next one must show it, in its place
+        hgx2 = json.loads((facts / "hgx-2.json").read_text())
+        hgx2["replica_load"][0]["waiting"] = 4242
+        staged = facts / "hgx-2.json.new"
+        staged.write_text(json.dumps(hgx2))
+        staged.rename(facts / "hgx-2.json")
+
+    writer = threading.Thread(target=busier)
+    writer.start()
+    try:
+        screen = on_a_terminal(
+            ["top", "--interval", "1", *_args(facts)], 120, tmp_path, reply=("4242", "C-c"),
+            enter=False,
+        )  # fmt: skip
+    finally:
+        writer.join()
+    assert screen.returncode == 0
+    headers = [line for line in screen.lines if line.split()[:2] == ["MODEL", "REPLICA"]]
+    assert len(headers) == 1, screen.lines  # redrawn in place, not printed again
+    row = [line for line in screen.lines if line.startswith("llama-3.1-8b ")][-1]  # the models
+    assert row.split()[:2] == ["llama-3.1-8b", "1"] and "4242" in row
+    assert "not reached: l40s-2: timed out after 10 s" in screen.lines
+    assert not any("Traceback" in line for line in screen.lines)
