@@ -17,7 +17,7 @@ from cli.reconcile.ledger import load_scale_memory, save_scale_memory, scale_mem
 from cli.reconcile.planner import Plan, plan
 from cli.reconcile.report import plan_json
 from cli.ui.plan import render_plan
-from tests.builders import NOW, catalog, hgx, shard, snapshot
+from tests.builders import NOW, NodeSpec, catalog, hgx, shard, snapshot
 
 QUEUE = Autoscale(signal="queue", target=4, up_seconds=30, down_seconds=300)
 
@@ -247,3 +247,19 @@ def test_the_memory_is_kept_in_the_state_directory_and_a_bad_file_only_restarts_
     assert empty == {}
     assert warning is not None and "a time is not a time with its UTC offset" in warning
     assert load_scale_memory(tmp_path / "none.json") == ({}, None)
+
+
+def test_a_replica_the_load_asks_for_that_fits_nowhere_is_a_refusal_with_its_reasons() -> None:
+    shards = [shard("chat-1", "chat", [0], profile="x1")]
+    # One H100, held by chat-1: the next replica has nowhere to go.
+    only = NodeSpec("hgx-1", "H100", 1, [[0]], shards=shards,
+                    load=[ReplicaLoad(replica="chat-1", waiting=20)])  # fmt: skip
+    fleet = snapshot(only)
+    held = {"chat": Memory(above_since=NOW - timedelta(seconds=60))}
+    result = plan(SCALED, fleet, {}, ADDRESSES, random.Random(1), scale_memory=held)
+    [decision] = result.scaling
+    assert decision.change == 1
+    assert not result.starts
+    [refused] = result.unplaced
+    assert refused.replica == "chat-2" and refused.rejections
+    assert any(line.startswith("refuse chat-2") for line in render_plan(result))
