@@ -62,22 +62,17 @@ def _live(
 ) -> None:
     """The tables, redrawn in place at each refresh, until Ctrl-C. The nodes not reached
     are said under them (stderr would tear the table being redrawn)."""
-    import time
-
-    from rich.console import Group
-    from rich.live import Live
-
     from cli.commands.inputs import app_context, default_path_hint
     from cli.inventory.load import load_inventory
     from cli.ops.fleet import fleet_of
     from cli.ui import console
-    from cli.ui.top import top_tables
+    from cli.ui.top import Frame, live_top
 
     options = app_context(context)
     with console.input_errors(), default_path_hint(inventory):
         hosts = load_inventory(inventory, options.decrypt())
 
-    def frame() -> Group:
+    def frame() -> Frame:
         fleet = fleet_of(options, hosts, inventory, facts)
         said = [f"{name}: {why}" for name, why in sorted(fleet.unreached.items())]
         said += [
@@ -85,15 +80,7 @@ def _live(
             for node in fleet.snapshot.nodes
             if node.unreachable_reason and node.name not in fleet.unreached
         ]
-        stamp = fleet.snapshot.now.strftime("%H:%M:%S %Z")
-        lines = [f"as of {stamp}, every {interval:g} s (Ctrl-C to stop)"]
-        lines += [f"not reached: {console.rich_escape(line)}" for line in said]
-        return Group(top_tables(fleet.snapshot, catalog), "", *lines)
+        lines = [f"not reached: {console.rich_escape(line)}" for line in said]
+        return Frame(fleet.snapshot, catalog, tuple(lines))
 
-    try:
-        with Live(console=console.out, auto_refresh=False) as live:
-            while True:
-                live.update(frame(), refresh=True)
-                time.sleep(interval)
-    except KeyboardInterrupt:
-        return
+    live_top(frame, interval)

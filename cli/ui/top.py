@@ -7,11 +7,13 @@ never 0; a node not reached this time says nothing of its replicas' load now.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from rich.console import Group
+from rich.live import Live
 from rich.table import Table
 
 from cli.catalog.load import Catalog
@@ -20,6 +22,7 @@ from cli.cluster import name_order
 from cli.cluster.snapshot import Reachability, Snapshot
 from cli.facts.model import ReplicaLoad
 from cli.reconcile.autoscale import signal_value
+from cli.ui.console import out
 from cli.ui.tables import Cell, Column, fitted_table
 
 TOP_FORMAT = "modelfleet.top/v1"
@@ -180,3 +183,27 @@ def top_json(snapshot: Snapshot, catalog: Catalog) -> dict[str, Any]:
             for m in model_rows(rows, catalog)
         ],
     }
+
+
+@dataclass(frozen=True)
+class Frame:
+    """What one refresh of the live table shows: the fleet then, and lines under it."""
+
+    snapshot: Snapshot
+    catalog: Catalog
+    said: tuple[str, ...] = ()  # already escaped for rich
+
+
+def live_top(frame: Callable[[], Frame], interval: float) -> None:
+    """Draw `frame()` every `interval` seconds in place of the last one, until Ctrl-C."""
+    try:
+        with Live(console=out, auto_refresh=False) as live:
+            while True:
+                shown = frame()
+                stamp = shown.snapshot.now.strftime("%H:%M:%S %Z")
+                lines = [f"as of {stamp}, every {interval:g} s (Ctrl-C to stop)", *shown.said]
+                live.update(Group(top_tables(shown.snapshot, shown.catalog), "", *lines),
+                            refresh=True)  # fmt: skip
+                time.sleep(interval)
+    except KeyboardInterrupt:
+        return
