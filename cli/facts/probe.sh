@@ -1,5 +1,6 @@
 #!/bin/sh
-# modelfleet facts probe: one run per node, one SSH exec, POSIX sh, coreutils and sed only.
+# modelfleet facts probe: one run per node, one SSH exec, POSIX sh, coreutils and sed (and
+# python3, where the node has it, for the one thing sh cannot do: asking the engines).
 # It prints raw sections; every judgement is made by cli/facts/parse.py on the control
 # side, so an old probe on a node never misreads a new format. Read-only: it changes
 # nothing on the node. Each section ends with its command's exit status.
