@@ -60,7 +60,7 @@ def _load_until(base: str, wanted: tuple[float, float], metrics_name: str = "vll
         load = load_from_metrics("r", spec, answer.body.decode())
         if (load.running, load.waiting) == wanted:
             return load
-        time.sleep(0.02)
+        time.sleep(0.2)  # each look is a connection left in TIME_WAIT: a few, not hundreds
     raise AssertionError(f"the load never became {wanted}: {load}")
 
 
