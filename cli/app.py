@@ -24,6 +24,7 @@ from cli.commands import (
     provision,
     reconcile,
     routes,
+    top,
 )
 from cli.commands.options import parse_duration
 from cli.edges.tools import ToolMissingError
@@ -132,6 +133,7 @@ def settings(
 
 app.command("place")(place.place)
 app.command("nodes")(nodes.nodes)
+app.command("top")(top.top)
 app.command("facts")(facts.facts)
 app.command("reconcile")(reconcile.reconcile)
 app.command("routes")(routes.routes)

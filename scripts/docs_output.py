@@ -22,6 +22,7 @@ FLEET = "--inventory examples/inventory --facts examples/facts"
 README_COMMANDS = {
     "PLACEMENT": f"ctl place --all --dry-run --catalog examples/catalog.yaml {FLEET}",
     "NODES": f"ctl nodes {FLEET}",
+    "TOP": f"ctl top --once --catalog examples/catalog.yaml {FLEET}",
 }
 
 

@@ -18,6 +18,7 @@ from cli.facts.model import (
     ModelStore,
     NodeCertificate,
     NodeFacts,
+    ReplicaLoad,
     ShardRecord,
     StoredWeights,
 )
@@ -54,6 +55,7 @@ class NodeSpec:
     gpu_memory_of: Mapping[int, int | None] = field(default_factory=dict)  # per GPU, if other
     store: ModelStore | None = None  # the model store; None: not reported
     certificate: NodeCertificate | None = None  # its TLS certificate; None: plain HTTP
+    load: Sequence[ReplicaLoad] | None = None  # its replicas' load; None: not reported
 
 
 def nvswitch(count: int = 8) -> list[list[int]]:
@@ -169,6 +171,7 @@ def facts(spec: NodeSpec) -> NodeFacts:
         listening_ports=tuple(spec.listening) if spec.listening else None,
         model_store=spec.store,
         certificate=spec.certificate,
+        replica_load=None if spec.load is None else tuple(spec.load),
     )
 
 

@@ -40,9 +40,11 @@ def on_a_terminal(
     env: Mapping[str, str] | None = None,
     reply: tuple[str, str] | None = None,
     timeout: float = 60,
+    enter: bool = True,
 ) -> Screen:
     """`ctl ARGS` in a tmux window `columns` wide, with `env` added to its environment;
-    `reply` = (text, keys): once the pane shows text, the keys are typed, then Enter."""
+    `reply` = (text, keys): once the pane shows text, the keys are typed, then Enter
+    unless not `enter` (a key like C-c that is a whole answer)."""
     tmux = shutil.which("tmux")
     if tmux is None:
         pytest.skip("tmux is not installed (apt-get install tmux; .ci/run installs it)")
@@ -79,8 +81,9 @@ def on_a_terminal(
                 assert time.monotonic() < deadline, f"ctl did not ask {text!r}"
                 time.sleep(0.1)
             subprocess.run(
-                [*tmux_args, "send-keys", "-t", "ctl", keys, "Enter"], check=True, timeout=30
-            )
+                [*tmux_args, "send-keys", "-t", "ctl", keys, *(["Enter"] if enter else [])],
+                check=True, timeout=30,
+            )  # fmt: skip
         while not done.exists():
             assert time.monotonic() < deadline, "ctl did not finish in the tmux window"
             time.sleep(0.1)

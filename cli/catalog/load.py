@@ -22,6 +22,7 @@ from cli.catalog.schema import (
     TOKEN_FORMS,
     TOKEN_LIKE,
     TOKEN_SCHEMES,
+    Autoscale,
     CatalogFile,
     Model,
     Profile,
@@ -95,6 +96,7 @@ class CatalogModel:
     replicas_min: int
     replicas_max: int
     profiles: tuple[CatalogProfile, ...]  # highest priority first
+    autoscale: Autoscale | None = None  # load moves the count between min and max
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,7 @@ def parse_catalog(text: str, file: str) -> Catalog:
             fallbacks=fallbacks[name],
             replicas_min=model.replicas.min,
             replicas_max=model.replicas.upper,
+            autoscale=model.autoscale,
             profiles=tuple(
                 CatalogProfile(
                     name,
@@ -332,6 +335,39 @@ def _name_problem(what: str, name: str, why: str = "") -> str | None:
     return None
 
 
+def _autoscale_problems(
+    document: YamlDocument, here: tuple[str, ...], model: Model
+) -> list[InputProblem]:
+    policy = model.autoscale
+    if policy is None:
+        return []
+    problems: list[InputProblem] = []
+    if model.replicas.upper <= model.replicas.min:
+        problems.append(
+            document.problem(
+                (*here, "autoscale"),
+                f"nothing to scale: replicas.max ({model.replicas.upper}) must be above"
+                f" replicas.min ({model.replicas.min})",
+            )
+        )
+    if policy.signal == "kv" and policy.target is not None and policy.target > 1:
+        problems.append(
+            document.problem(
+                (*here, "autoscale", "target"),
+                f"the kv signal is the share of the KV cache in use, 0 to 1, not {policy.target:g}",
+            )
+        )
+    if policy.down_seconds < policy.up_seconds:
+        problems.append(
+            document.problem(
+                (*here, "autoscale", "down_seconds"),
+                f"down_seconds {policy.down_seconds} is shorter than up_seconds"
+                f" {policy.up_seconds}: the count would flap",
+            )
+        )
+    return problems
+
+
 def _check_model(document: YamlDocument, name: str, model: Model) -> list[InputProblem]:
     here = ("models", name)
     problems: list[InputProblem] = []
@@ -347,6 +383,7 @@ def _check_model(document: YamlDocument, name: str, model: Model) -> list[InputP
                 f"min {model.replicas.min} is more than max {model.replicas.max}",
             )
         )
+    problems += _autoscale_problems(document, here, model)
     names: dict[str, int] = {}
     priorities: dict[int, str] = {}
     for index, profile in enumerate(model.profiles):

@@ -187,6 +187,27 @@ class Replicas(Strict):
         return self.min if self.max is None else self.max
 
 
+# The autoscaler's defaults (docs/catalog.md): a queue of 4 waiting per replica, or 80 % of
+# the KV cache in use; up after 30 s above (Ray Serve's default upscale delay), down after
+# 300 s with room to spare.
+AUTOSCALE_TARGETS: dict[str, float] = {"queue": 4.0, "kv": 0.8}
+AUTOSCALE_UP_SECONDS = 30
+AUTOSCALE_DOWN_SECONDS = 300
+
+
+class Autoscale(Strict):
+    """How load moves a model's replica count between replicas.min and replicas.max."""
+
+    signal: Literal["queue", "kv"] = "queue"  # waiting requests per replica, or KV use
+    target: float | None = Field(default=None, gt=0, le=100_000)  # None: the signal's default
+    up_seconds: int = Field(default=AUTOSCALE_UP_SECONDS, ge=0, le=3600)
+    down_seconds: int = Field(default=AUTOSCALE_DOWN_SECONDS, ge=0, le=86_400)
+
+    @property
+    def goal(self) -> float:
+        return AUTOSCALE_TARGETS[self.signal] if self.target is None else self.target
+
+
 class Profile(Strict):
     name: str = Field(pattern=NAME_PATTERN, max_length=MAX_NAME)
     priority: int
@@ -242,6 +263,7 @@ class Model(Strict):
     aliases: tuple[str, ...] = ()
     fallbacks: tuple[str, ...] = ()
     replicas: Replicas = Field(default_factory=Replicas)
+    autoscale: Autoscale | None = None  # None: replicas.min, plus what operators place
     token: TokenRef | None = None  # for its profiles with an hf:// or https:// source
     profiles: tuple[Profile, ...] = Field(min_length=1)
 

@@ -21,7 +21,15 @@ from cli.cluster.trust import (
     memory_gib_problem,
     record_problem,
 )
-from cli.facts.model import Gpu, HcaPort, ModelStore, NodeCertificate, NodeFacts, ShardRecord
+from cli.facts.model import (
+    Gpu,
+    HcaPort,
+    ModelStore,
+    NodeCertificate,
+    NodeFacts,
+    ReplicaLoad,
+    ShardRecord,
+)
 from cli.inventory.schema import Host, HostVars
 
 # GPU memory in use with no process the probe can see (containers hide other pids):
@@ -104,6 +112,9 @@ class NodeView:
     # False: its engines fetch their own weights (`modelfleet_stage_weights: false`), so
     # the store is not where they go, and its room is not placement's concern.
     stages_weights: bool = True
+    # The load of the replicas whose rank 0 runs here, as the engines said it when the
+    # facts were gathered; None: not reported.
+    replica_load: tuple[ReplicaLoad, ...] | None = None
 
     @property
     def status(self) -> Status:
@@ -251,6 +262,7 @@ def node_view(
         model_store=facts.model_store if facts else None,
         certificate=facts.certificate if facts else None,
         stages_weights=host_vars.modelfleet_stage_weights,
+        replica_load=facts.replica_load if facts else None,
     )
 
 

@@ -81,6 +81,15 @@ Builder = Callable[[ProfileSpec, str, str, Rank], list[str]]
 
 
 @dataclass(frozen=True)
+class LoadMetrics:
+    """The gauges an engine's `/metrics` says its load with (Prometheus text format)."""
+
+    running: str  # requests it is generating for now
+    waiting: str  # requests queued behind them
+    kv_use: str | None  # the share of its KV cache in use, 0 to 1; None: it has no such gauge
+
+
+@dataclass(frozen=True)
 class EngineSpec:
     name: str  # the catalog's `engine`
     label: str  # for people
@@ -122,6 +131,10 @@ class EngineSpec:
     tls_cert_option: str = ""
     tls_reload_args: tuple[str, ...] = ()
     tls: str = ""  # for the docs
+    # Its load, read by the facts probe from its /metrics (cli/facts/sections/load.py);
+    # `metrics_args` is what its command line needs for it to serve them.
+    load_metrics: LoadMetrics | None = None
+    metrics_args: tuple[str, ...] = ()
 
     def tls_args(self, key: str, cert: str) -> list[str]:
         return [self.tls_key_option, key, self.tls_cert_option, cert, *self.tls_reload_args]
@@ -245,6 +258,11 @@ VLLM = EngineSpec(
     tls_reload_args=("--enable-ssl-refresh",),
     tls="`--ssl-keyfile --ssl-certfile --enable-ssl-refresh`: reloads a renewed certificate; "
     "client certificates (mTLS) possible with `--ssl-ca-certs CA --ssl-cert-reqs 2`",
+    # vllm/v1/metrics/loggers.py (PrometheusStatLogger): served on /metrics without any
+    # option, labelled model_name and engine; kv_cache_usage_perc replaced gpu_cache_usage_perc.
+    load_metrics=LoadMetrics(
+        "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"
+    ),
 )
 
 # --------------------------------------------------------------------------- SGLang
@@ -262,6 +280,7 @@ def _sglang(profile: ProfileSpec, model: str, source: str, place: Rank) -> list[
         argv += ["--pp-size", str(profile.pipeline_parallel)]
     if profile.context_length is not None:
         argv += ["--context-length", str(profile.context_length)]
+    argv += list(SGLANG.metrics_args)
     if profile.embedding:
         argv += list(SGLANG.embedding_args)
     if place.nodes > 1:
@@ -297,7 +316,7 @@ SGLANG = EngineSpec(
     "ignore SIGTERM until rank 0 tells them to stop",
     start="`python3 -m sglang.launch_server --model-path MODEL --host H --port P "
     "--served-model-name NAME --tp-size TP [--pp-size PP] [--context-length N] "
-    "[--is-embedding]`",
+    "--enable-metrics [--is-embedding]`",
     multi_node_start="`--nnodes N --node-rank R --dist-init-addr RANK0:P+10000`",
     replacements={"--tp": "use --tp-size (or --tensor-parallel-size)"},
     # sglang/srt/arg_groups/serving_hook.py handle_ssl_validation (0.5.23): both files or
@@ -310,6 +329,12 @@ SGLANG = EngineSpec(
     tls_reload_args=("--enable-ssl-refresh",),
     tls="`--ssl-keyfile --ssl-certfile --enable-ssl-refresh`: reloads a renewed certificate; "
     "no client certificates (its HTTP server says mTLS is not supported)",
+    # sglang/srt/metrics/collector.py (SchedulerMetricsCollector); /metrics is served only
+    # with --enable-metrics (sglang/srt/entrypoints/http_server.py).
+    load_metrics=LoadMetrics(
+        "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage"
+    ),
+    metrics_args=("--enable-metrics",),
 )
 
 # --------------------------------------------------------------------------- llama.cpp
@@ -329,6 +354,7 @@ def _llama_cpp(profile: ProfileSpec, model: str, source: str, place: Rank) -> li
         argv += ["--ctx-size", str(profile.context_length)]
     if profile.uses_gpus:
         argv += ["--n-gpu-layers", "999"]  # all layers on the GPUs it was given
+    argv += list(LLAMA_CPP.metrics_args)
     if profile.embedding:
         argv += list(LLAMA_CPP.embedding_args)
     return argv
@@ -360,7 +386,7 @@ LLAMA_CPP = EngineSpec(
     stop="does not drain: SIGTERM stops it at once, dropping requests in flight; a second "
     "signal exits 1; `drain_seconds` does nothing",
     start="`llama-server -m PATH` (or `-hf ORG/NAME`, `--model-url URL`) `--host H --port P "
-    "--alias NAME [--threads T] [--ctx-size N] [--embeddings]`",
+    "--alias NAME [--threads T] [--ctx-size N] --metrics [--embeddings]`",
     multi_node_start="—",
     # common/arg.cpp (the llama.cpp in llama-cpp-python 0.3.36, built with OpenSSL):
     # cpp-httplib's SSLServer reads them once, at start.
@@ -368,6 +394,11 @@ LLAMA_CPP = EngineSpec(
     tls_cert_option="--ssl-cert-file",
     tls="`--ssl-key-file --ssl-cert-file`: read once, so ctl restarts it, one replica at a "
     "time, after a renewal; no client certificates",
+    # tools/server/server-context.cpp's metrics handler, which answers 501 without
+    # --metrics. The llama.cpp of 0.3.36 has no KV-use gauge (llamacpp:kv_cache_usage_ratio
+    # was removed before it: its binary names none), so KV use is unknown.
+    load_metrics=LoadMetrics("llamacpp:requests_processing", "llamacpp:requests_deferred", None),
+    metrics_args=("--metrics",),
 )
 
 ENGINE_SPECS: dict[str, EngineSpec] = {spec.name: spec for spec in (VLLM, SGLANG, LLAMA_CPP)}

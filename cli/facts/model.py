@@ -210,6 +210,18 @@ class NodeCertificate(Strict):
         return self.problem is None and self.key_present and self.not_before <= now < self.not_after
 
 
+class ReplicaLoad(Strict):
+    """A replica's load as its engine's /metrics said it when the probe asked (rank 0's
+    engine, over loopback). Each figure None when unknown: not served, not readable, or
+    a gauge this engine does not have (llama.cpp 0.3.36 has no KV-use gauge)."""
+
+    replica: str = Field(max_length=256)
+    running: float | None = Field(default=None, ge=0)  # requests being generated for
+    waiting: float | None = Field(default=None, ge=0)  # requests queued behind them
+    kv_use: float | None = Field(default=None, ge=0, le=1)  # share of its KV cache in use
+    note: str | None = Field(default=None, max_length=512)  # why a figure is unknown
+
+
 class NodeFacts(Strict):
     """Everything the probe learned about one node at `gathered_at`.
 
@@ -245,6 +257,9 @@ class NodeFacts(Strict):
     # A router's: the routes it serves, as cli/routes/deploy.py `served_line` wrote them,
     # while its routes file is the one written then and its units run; None otherwise.
     router_served: str | None = Field(default=None, max_length=256)
+    # The load of the replicas whose rank 0 runs here; None: not reported (a probe from
+    # before it was read, or no python3 on the node to ask the engines with).
+    replica_load: tuple[ReplicaLoad, ...] | None = None
     notes: tuple[str, ...] = ()  # what the probe could not read, said plainly
     # The node's inventory variables when the snapshot was saved. Read only for a node the
     # inventory does not have, so a copied file brings its labels and fabrics along.

@@ -44,6 +44,7 @@ from cli.facts.sections.gpuhealth import (
     parse_retired_pages,
 )
 from cli.facts.sections.infiniband import parse_infiniband
+from cli.facts.sections.load import parse_metrics_section
 from cli.facts.sections.store import parse_model_store
 
 PROBE_VERSION = "1"
@@ -135,6 +136,12 @@ def facts_from_probe(output: str, gathered_at: datetime) -> NodeFacts:
         shards = read_shards(shards_section.text, notes)
     except FactsParseError as error:
         raise ProbeOutputError(str(error)) from None
+    metrics = sections.get("metrics")
+    replica_load = None
+    if metrics is not None and metrics.status == 0:
+        replica_load = parse_metrics_section(metrics.text, shards, notes)
+    elif metrics is not None:
+        notes.append(f"the engines' load was not read (the metrics section ended {metrics.status})")
     return NodeFacts(
         gathered_at=gathered_at,
         last_reached=gathered_at,
@@ -150,6 +157,7 @@ def facts_from_probe(output: str, gathered_at: datetime) -> NodeFacts:
         gpus_lost=lost,
         certificate=certificate,
         router_served=router_served(sections.get("router")),
+        replica_load=replica_load,
         notes=tuple(notes),
     )
 

@@ -1,5 +1,6 @@
 #!/bin/sh
-# modelfleet facts probe: one run per node, one SSH exec, POSIX sh, coreutils and sed only.
+# modelfleet facts probe: one run per node, one SSH exec, POSIX sh, coreutils and sed (and
+# python3, where the node has it, for the one thing sh cannot do: asking the engines).
 # It prints raw sections; every judgement is made by cli/facts/parse.py on the control
 # side, so an old probe on a node never misreads a new format. Read-only: it changes
 # nothing on the node. Each section ends with its command's exit status.
@@ -189,3 +190,67 @@ if [ -d "$SHARD_DIR" ]; then
   done
 fi
 end shards 0
+
+# The load of each replica whose rank 0 runs here: its engine's /metrics, asked over
+# loopback by python3 (which Ansible needs on every node anyway; without it the section
+# ends 127 and the load is unknown). HTTP/1.0 on a raw socket so that a slow or endless
+# answer is cut by the clock and the size, never the probe's own timeout: 2 s and 256 KiB
+# a replica, 6 s in all. Every body line is marked "|", and the characters Python's
+# splitlines() breaks on are replaced, so that no engine's text can end this section.
+begin metrics
+if command -v python3 >/dev/null 2>&1; then
+  python3 -I - "$SHARD_DIR" "${MODELFLEET_PKI_DIR:-/etc/modelfleet/pki}" <<'PYTHON'
+import glob, json, os, re, socket, ssl, sys, time
+shard_dir, pki_dir = sys.argv[1], sys.argv[2]
+limit, each, deadline = 262144, 2.0, time.monotonic() + 6.0
+plain = re.compile(r"[A-Za-z0-9._-]{1,128}")
+breaks = {ord(c): "?" for c in "\r\x00\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
+for path in sorted(glob.glob(os.path.join(shard_dir, "*.json")))[:1024]:
+    try:
+        with open(path, "rb") as handle:
+            record = json.loads(handle.read(65536))
+        replica, port = str(record["replica"]), record["port"]
+        if record.get("rank") != 0 or type(port) is not int or not plain.fullmatch(replica):
+            continue
+    except Exception:
+        continue
+    ends = min(deadline, time.monotonic() + each)
+    try:
+        if ends <= time.monotonic():
+            raise TimeoutError("no time left")
+        sock = socket.create_connection(("127.0.0.1", port), timeout=ends - time.monotonic())
+        if record.get("certificate"):
+            context = ssl.create_default_context(cafile=os.path.join(pki_dir, "ca.pem"))
+            context.check_hostname = False
+            sock = context.wrap_socket(sock)
+        sock.sendall(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        data = b""
+        while len(data) <= limit + 16384:
+            left = ends - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("too slow")
+            sock.settimeout(left)
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        sock.close()
+    except Exception as error:
+        print("replica\t%s\terror\t%s" % (replica, type(error).__name__))
+        continue
+    head, _, body = data.partition(b"\r\n\r\n")
+    status = head.split(b"\r\n", 1)[0].split(b" ")
+    if len(body) > limit:
+        print("replica\t%s\ttoo-large" % replica)
+        continue
+    if len(status) < 2 or not status[1].isdigit() or len(status[1]) != 3:
+        print("replica\t%s\terror\tnot HTTP" % replica)
+        continue
+    print("replica\t%s\t%s" % (replica, status[1].decode()))
+    for line in body.decode("utf-8", "replace").split("\n"):
+        print("|" + line.translate(breaks))
+PYTHON
+  end metrics $?
+else
+  end metrics 127
+fi

@@ -39,7 +39,14 @@ from cli.pki.certs import fingerprint
 from cli.pki.store import CertificateAuthority, default_ca_dir, published_crl
 from cli.placement.place import running_replicas
 from cli.reconcile.apply import Outcome, apply
-from cli.reconcile.ledger import ledger_path, load_ledger, save_ledger
+from cli.reconcile.ledger import (
+    ledger_path,
+    load_ledger,
+    load_scale_memory,
+    save_ledger,
+    save_scale_memory,
+    scale_memory_path,
+)
 from cli.reconcile.planner import DRAINING, Plan, cordoned, plan, plan_manual, retired_unreplaced
 from cli.reconcile.renewal import sort_out
 from cli.routes.deploy import PlaybookRouter, RouterDeployer, router_hosts
@@ -245,12 +252,16 @@ def plan_pass(
     ledger, unreadable = load_ledger(ledger_file(options, inventory_path))
     if unreadable is not None:
         warn(unreadable)
+    memory, unreadable = load_scale_memory(scale_memory_path(inventory_path, options.state))
+    if unreadable is not None:
+        warn(unreadable)
     # No rng: each failure's jitter comes from the failure itself, so the same inputs give
     # the same plan in a dry run and in the pass (and in `ctl place --all --dry-run`).
     snapshot = cordoned(fleet.snapshot, dict.fromkeys(evict, cordon))
     the_plan = plan(
         catalog, snapshot, ledger, addresses, None, evict, listen=listen, force=force,
         networks=fleet.networks, stores=fleet.stores, defragment=defragment,
+        scale_memory=memory,
     )  # fmt: skip
     _check_token_destinations(the_plan, fleet.inventory)
     here = None if ca is None else (ca.name, fingerprint(ca.cert))
@@ -337,6 +348,10 @@ def apply_plan(
     `ca_dir`, router_deployer). The certificates it renews are renewed first, with `ca`,
     so replicas started in this pass load the new ones."""
     ledger = ledger_file(options, inventory_path)
+    # What the autoscaler saw holds whatever this pass does: its windows go on. (A plan
+    # of `ctl place`'s has no decisions, and leaves the memory as it is.)
+    if the_plan.scaling:
+        save_scale_memory(scale_memory_path(inventory_path, options.state), the_plan.scale_memory)
     if STOP.requested() and not the_plan.empty:  # asked to stop since it was planned
         left = Outcome(ledger=dict(the_plan.ledger), left_undone=[_whole_plan(the_plan)])
         return Applied([f"LEFT UNDONE (ctl is stopping): {_whole_plan(the_plan)}"], False, left)

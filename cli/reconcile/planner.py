@@ -50,6 +50,7 @@ from cli.placement.place import (
     place_replica,
 )
 from cli.placement.state import PlacementState, ShardPlacement
+from cli.reconcile.autoscale import Decision, Memory, decide
 from cli.reconcile.backoff import Backoff, after_failure, failure_key
 from cli.reconcile.renewal import Renewal
 from cli.shards.engines import RENDEZVOUS_OFFSET, Rank
@@ -160,6 +161,9 @@ class Plan:
     # and only said, each with why not here and what to run instead.
     renewals: tuple[Renewal, ...] = ()
     certificates_due: tuple[Renewal, ...] = ()
+    # Each autoscaled model's decision, and the memory the next pass starts from.
+    scaling: tuple[Decision, ...] = ()
+    scale_memory: Mapping[str, Memory] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -235,6 +239,7 @@ def plan(
     networks: Mapping[str, tuple[str | None, str | None]] | None = None,
     stores: Mapping[str, str | None] | None = None,
     defragment: bool = False,
+    scale_memory: Mapping[str, Memory] | None = None,
 ) -> Plan:
     """The changes that bring the fleet to the catalog, as of `snapshot.now`.
 
@@ -247,6 +252,8 @@ def plan(
     `defragment`: for a replica that fits nowhere now, the moves that make room for it
     (cli/placement/moves.py) are started and drained like a node's evictions, the new copy
     serving before the old goes; the replica itself is placed by the next pass.
+    `scale_memory`: the autoscaler's, per model, from the last pass (cli/reconcile/
+    autoscale.py); a model with an `autoscale` policy wants what it decides.
     """
     # Only the records worth believing (cli/cluster/trust.py): an invalid shard is never
     # stopped, counted or replaced, and its GPUs are no one's to take.
@@ -305,13 +312,19 @@ def plan(
     starts: list[Start] = []
     waits: list[Wait] = []
     unplaced: list[ReplicaPlacement] = []
+    decisions: list[Decision] = []
     for name, model in catalog.models.items():
         running = counted[name]
         want = model.replicas_min
+        scaled: Decision | None = None
+        if model.autoscale is not None:
+            scaled = _autoscale(model, running, catalog, nodes, scale_memory or {}, now)
+            decisions.append(scaled)
+            want = scaled.desired
         if len(running) > want:
             left_alone = {leave.replica for leave in leaves}
             reachable_running = [r for r in running if r.replica not in left_alone]
-            for replica, reason in _surplus(model, reachable_running, len(running)):
+            for replica, reason in _surplus(model, reachable_running, len(running), scaled):
                 drains.append(Stop(replica.replica, name, replica.shards, reason, drain=True))
             continue
         missing = want - len(running)
@@ -333,6 +346,8 @@ def plan(
                 unplaced.append(placement)
                 break  # the next would be refused for the same reasons
             reason = f"{len(running)} of {want} running"
+            if scaled is not None and scaled.change > 0:
+                reason = f"scale up: {scaled.why}"
             if notes[name]:
                 reason += "; " + "; ".join(notes[name])
             starts.append(
@@ -366,7 +381,40 @@ def plan(
         unplaced=tuple(unplaced),
         ledger=new_ledger,
         running={name: tuple(r.replica for r in found) for name, found in counted.items() if found},
+        scaling=tuple(decisions),
+        scale_memory={d.model: d.memory for d in decisions},
     )
+
+
+def _autoscale(
+    model: CatalogModel,
+    running: Sequence[Replica],
+    catalog: Catalog,
+    nodes: Mapping[str, NodeView],
+    memory: Mapping[str, Memory],
+    now: datetime,
+) -> Decision:
+    """The autoscaler's decision for `model`: its load read from the node of each serving
+    replica's rank 0, where that node was reached this pass (a figure from cached facts of
+    a node not reached is no one's current load)."""
+    assert model.autoscale is not None
+    starting = 0
+    loads = []
+    for replica in running:
+        if condition(replica, catalog, nodes)[0] is Condition.STARTING:
+            starting += 1
+            continue
+        leader = next((s for s in replica.shards if s.record.rank == 0), None)
+        node = nodes.get(leader.node) if leader is not None else None
+        if node is None or node.reachability is not Reachability.READY:
+            continue
+        found = next((x for x in node.replica_load or () if x.replica == replica.replica), None)
+        if found is not None:
+            loads.append(found)
+    return decide(
+        model.name, model.autoscale, model.replicas_min, model.replicas_max, len(running),
+        starting, loads, memory.get(model.name), now,
+    )  # fmt: skip
 
 
 def start_origin(snapshot: Snapshot, replica: str) -> str:
@@ -472,7 +520,10 @@ def _evictions(
 
 
 def _surplus(
-    model: CatalogModel, candidates: Sequence[Replica], running: int
+    model: CatalogModel,
+    candidates: Sequence[Replica],
+    running: int,
+    scaled: Decision | None = None,
 ) -> list[tuple[Replica, str]]:
     """Which of `candidates` (reachable) to retire out of `running`: the lowest-priority
     profile first, then the newest.
@@ -490,6 +541,9 @@ def _surplus(
 
     manual = sum(1 for replica in candidates if replica.origin == "manual")
     excess = running - min(model.replicas_max, model.replicas_min + manual)
+    reason = f"scale down: {running} running, replicas.min {model.replicas_min}"
+    if scaled is not None:  # the autoscaler's count: the operator's replicas are in it
+        excess, reason = running - scaled.desired, f"scale down: {scaled.why}"
     chosen: list[tuple[Replica, str]] = []
     remaining = running
     for replica in sorted(candidates, key=order):
@@ -497,9 +551,7 @@ def _surplus(
             break
         if replica.origin == "manual" and remaining <= model.replicas_max:
             continue
-        chosen.append(
-            (replica, f"scale down: {running} running, replicas.min {model.replicas_min}")
-        )
+        chosen.append((replica, reason))
         remaining -= 1
     return chosen
 

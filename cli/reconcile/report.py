@@ -84,6 +84,18 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "running": {model: list(replicas) for model, replicas in plan.running.items()},
         "renewals": [_renewal_json(renewal) for renewal in plan.renewals],
         "certificates_due": [_renewal_json(renewal) for renewal in plan.certificates_due],
+        "scaling": [
+            {
+                "model": d.model,
+                "signal": d.signal,
+                "value": d.value,
+                "target": d.target,
+                "replicas": d.replicas,
+                "desired": d.desired,
+                "why": d.why,
+            }
+            for d in plan.scaling
+        ],
     }
 
 

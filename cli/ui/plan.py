@@ -25,7 +25,17 @@ def render_plan(plan: Plan) -> list[str]:
     names += [s.replica for s in plan.starts] + [w.model for w in plan.waits]
     names += [leave.replica for leave in plan.leaves]
     names += [r.node for r in (*plan.renewals, *plan.certificates_due)]
+    names += [d.model for d in plan.scaling]
     width = max((len(n) for n in names), default=0) + 2
+    scaling: list[str] = []
+    for decision in plan.scaling:  # the autoscaler's, held or not: what the load says
+        count = f"{decision.replicas}"
+        if decision.change:
+            count += f" → {decision.desired}"
+        scaling += wrap(
+            f"{'scale':<7}{decision.model:<{width}}{count}  why: {decision.why}",
+            " " * (7 + width),
+        )
     lines = [x for stop in plan.stops for x in _stop_lines("stop", stop, width)]
     for start in plan.starts:
         head = f"{'start':<7}{start.replica:<{width}}{start.profile.name:<10}"
@@ -65,4 +75,4 @@ def render_plan(plan: Plan) -> list[str]:
         )
     if not lines:
         lines.append("nothing to do: the fleet runs what the catalog asks")
-    return lines
+    return lines + scaling

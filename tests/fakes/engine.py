@@ -68,6 +68,7 @@ PERSONALITIES: Final[tuple[Personality, ...]] = ("vllm", "sglang", "llama-server
 
 LOAD_ENV: Final = "MODELFLEET_STANDIN_LOAD_SECONDS"
 RENDEZVOUS_ENV: Final = "MODELFLEET_STANDIN_RENDEZVOUS_SECONDS"
+TOKEN_ENV: Final = "MODELFLEET_STANDIN_TOKEN_SECONDS"
 CONFIG_ENV: Final = "MODELFLEET_STANDIN_CONFIG"
 CONFIG_PATH: Final = "/etc/modelfleet-fake/standin.json"
 # What the shard's environment file sets, recorded so that tests can see what ctl passed.
@@ -84,6 +85,13 @@ EXIT_FAILURE: Final = 1
 EXIT_USAGE: Final = 2
 
 DEFAULT_LOAD_SECONDS: Final = 1.0
+# How many requests each engine runs at once when its command line does not say. vLLM:
+# max_num_seqs, 256 for the OpenAI server on a GPU (vllm/engine/arg_utils.py,
+# EngineArgs._set_default_args). SGLang: max_running_requests, derived from the KV pool's
+# size when not given (sglang/srt/managers/scheduler.py); the stand-in has no pool and
+# takes vLLM's figure. llama-server: --parallel -1 ("auto") becomes 4 slots
+# (tools/server/server-context.cpp, load_model).
+DEFAULT_MAX_RUNNING: Final[dict[str, int]] = {"vllm": 256, "sglang": 256, "llama-server": 4}
 # PyTorch's default process-group timeout, which both vLLM and SGLang fall back to.
 DEFAULT_RENDEZVOUS_SECONDS: Final = 600.0
 HEARTBEAT_SECONDS: Final = 1.0
@@ -189,6 +197,7 @@ VLLM_FLAGS: Final = (
     Flag(("--dtype",), "dtype"),
     Flag(("--trust-remote-code",), "trust_remote_code", "flag", False),
     Flag(("--enforce-eager",), "enforce_eager", "flag", False),
+    Flag(("--max-num-seqs",), "max_num_seqs", "int"),
     # vllm/entrypoints/common/cli_args.py (0.34) FrontendArgs, handed to uvicorn.
     Flag(("--ssl-keyfile",), "ssl_keyfile"),
     Flag(("--ssl-certfile",), "ssl_certfile"),
@@ -220,6 +229,7 @@ SGLANG_FLAGS: Final = (
     Flag(("--base-gpu-id",), "base_gpu_id", "int", 0),
     Flag(("--log-level",), "log_level", "str", "info"),
     Flag(("--enable-metrics",), "enable_metrics", "flag", False),
+    Flag(("--max-running-requests",), "max_running_requests", "int"),
     Flag(("--disable-cuda-graph",), "disable_cuda_graph", "flag", False),
     Flag(("--is-embedding",), "is_embedding", "flag", False),
     # sglang/srt/server_args.py (0.5.23), checked by arg_groups/serving_hook.py.
@@ -517,6 +527,8 @@ class Options:
     api_keys: list[str] = field(default_factory=list)
     skip_warmup: bool = False
     tls: Tls | None = None  # serves HTTPS
+    max_running: int = 1  # requests it runs at once; the others wait in its queue
+    metrics: bool = True  # serves /metrics (SGLang: --enable-metrics; llama-server: --metrics)
     parsed: dict[str, object] = field(default_factory=dict)
     unknown: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -641,6 +653,7 @@ def parse_vllm(argv: Sequence[str]) -> Options:
     timeout = _optional_int(values, "distributed_timeout_seconds")
     options.rendezvous_timeout = None if timeout is None else float(timeout)
     options.tls = _vllm_tls(values)
+    options.max_running = _max_running("vllm", _optional_int(values, "max_num_seqs"))
     if options.shutdown_timeout is not None and options.shutdown_timeout < 0:
         raise UsageError(f"error: Invalid wait timeout: {options.shutdown_timeout:g}")
     _check_topology(options)
@@ -689,6 +702,10 @@ def parse_sglang(argv: Sequence[str]) -> Options:
     options.rendezvous_timeout = None if timeout is None else float(timeout)
     _check_topology(options)
     options.tls = _sglang_tls(values)
+    options.max_running = _max_running("sglang", _optional_int(values, "max_running_requests"))
+    # SGLang serves /metrics only with --enable-metrics (sglang/srt/entrypoints/
+    # http_server.py adds the route when server_args.enable_metrics).
+    options.metrics = bool(values["enable_metrics"])
     if options.nnodes > 1:
         address = _optional_str(values, "dist_init_addr")
         if address is None:
@@ -740,8 +757,19 @@ def parse_llama(argv: Sequence[str]) -> Options:
         unknown=unknown,
         tls=_llama_tls(values),
     )
+    parallel = _int_value(values, "parallel")
+    options.max_running = _max_running("llama-server", parallel if parallel > 0 else None)
+    options.metrics = bool(values["metrics"])  # server.cpp: 501 on /metrics without it
     _check_topology(options)
     return options
+
+
+def _max_running(personality: Personality, given: int | None) -> int:
+    if given is None:
+        return DEFAULT_MAX_RUNNING[personality]
+    if given < 1:
+        raise UsageError(f"error: requests at once must be at least 1, got {given}")
+    return given
 
 
 PARSERS: Final[dict[Personality, Callable[[Sequence[str]], Options]]] = {
@@ -803,6 +831,8 @@ class Settings:
 
     load_seconds: float = DEFAULT_LOAD_SECONDS
     rendezvous_seconds: float = DEFAULT_RENDEZVOUS_SECONDS
+    # Seconds per generated token (a word of its answer), so that load builds a queue.
+    token_seconds: float = 0.0
 
     @staticmethod
     def load(environ: Mapping[str, str]) -> Settings:
@@ -835,6 +865,7 @@ class Settings:
             rendezvous_seconds=number(
                 RENDEZVOUS_ENV, "rendezvous_seconds", DEFAULT_RENDEZVOUS_SECONDS
             ),
+            token_seconds=number(TOKEN_ENV, "token_seconds", 0.0),
         )
 
 
@@ -1072,6 +1103,10 @@ class Engine:
         self.created = int(time.time())
         self.lock = threading.Lock()
         self.in_flight = 0
+        # Of those in flight: generating now, and waiting for one of the max_running slots.
+        self.running = 0
+        self.waiting = 0
+        self.slots = threading.Condition(self.lock)
         self.draining = False
         self.abort = threading.Event()  # wakes in-flight requests to give up
         self.lost = threading.Event()  # a rank of the replica is gone
@@ -1716,6 +1751,8 @@ class Engine:
             return self._health()
         if p == "llama-server" and self.phase != "ready":
             return self._llama_loading()
+        if method == "GET" and path == "/metrics":
+            return self._metrics_reply(headers)
         if path.startswith("/v1/") and not self._authorized(headers):
             return self._unauthorized()
         if method == "GET" and path == "/v1/models":
@@ -1830,8 +1867,15 @@ class Engine:
         if not self.begin_request():
             return self._refuse_draining("")
         try:
-            seconds = _sleep_request(prompt)
-            aborted = self.abort.wait(seconds) if seconds > 0 else self.abort.is_set()
+            if not self._take_slot():
+                aborted = True
+            else:
+                try:
+                    tokens = len(self.answer(served, prompt).split())
+                    seconds = _sleep_request(prompt) + tokens * self.settings.token_seconds
+                    aborted = self.abort.wait(seconds) if seconds > 0 else self.abort.is_set()
+                finally:
+                    self._give_slot()
             if aborted:
                 if p == "llama-server":
                     return Reply(0, drop=True)
@@ -1843,6 +1887,86 @@ class Engine:
             return self._completion(chat, name, served, prompt, fields.get("stream") is True)
         finally:
             self.end_request()
+
+    def _take_slot(self) -> bool:
+        """Wait in the queue for one of the engine's max_running slots, as the real
+        schedulers hold a request waiting while their batch is full; False: aborted."""
+        with self.slots:
+            self.waiting += 1
+            try:
+                while self.running >= self.opts.max_running:
+                    if self.abort.is_set():
+                        return False
+                    self.slots.wait(POLL_SECONDS)
+            finally:
+                self.waiting -= 1
+            self.running += 1
+            return True
+
+    def _give_slot(self) -> None:
+        with self.slots:
+            self.running -= 1
+            self.slots.notify()
+
+    def metrics(self) -> Reply:
+        """The load gauges at the names, types and labels the pinned engines use.
+
+        vLLM (vllm/v1/metrics/loggers.py, PrometheusStatLogger): gauges labelled
+        model_name and engine (the engine core's index, "0"); KV use 0 to 1.
+        SGLang (sglang/srt/metrics/collector.py, SchedulerMetricsCollector): gauges
+        labelled with the served model_name (and the engine type and ranks); token_usage 0 to
+        1. llama-server (tools/server/server-context.cpp, the metrics handler): unlabelled
+        gauges; the llama.cpp of llama-cpp-python 0.3.36 has no KV-use gauge (its binary
+        names only requests_processing and requests_deferred), so none is served.
+        The stand-in has no KV cache: it reports the share of its slots in use."""
+        with self.lock:
+            running, waiting = self.running, self.waiting
+        usage = running / self.opts.max_running
+        name = self.opts.served_names[0]
+        p = self.opts.personality
+        if p == "vllm":
+            labels = f'{{model_name="{name}",engine="0"}}'
+            gauges = [
+                ("vllm:num_requests_running", "Number of requests in model execution batches.",
+                 running),
+                ("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+                 waiting),
+                ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage),
+            ]  # fmt: skip
+        elif p == "sglang":
+            labels = f'{{model_name="{name}",engine_type="unified",tp_rank="0",pp_rank="0"}}'
+            gauges = [
+                ("sglang:num_running_reqs", "The number of running requests.", running),
+                ("sglang:num_queue_reqs", "The number of requests in the waiting queue.",
+                 waiting),
+                ("sglang:token_usage", "The token usage.", usage),
+            ]  # fmt: skip
+        else:
+            labels = ""
+            gauges = [
+                ("llamacpp:requests_processing", "Number of requests processing", running),
+                ("llamacpp:requests_deferred", "Number of requests deferred", waiting),
+            ]
+        lines: list[str] = []
+        for metric, help_text, value in gauges:
+            lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} gauge",
+                      f"{metric}{labels} {float(value)}"]  # fmt: skip
+        body = ("\n".join(lines) + "\n").encode()
+        return Reply(200, body, "text/plain; version=0.0.4; charset=utf-8")
+
+    def _metrics_reply(self, headers: Mapping[str, str]) -> Reply:
+        p = self.opts.personality
+        if not self.opts.metrics:
+            if p == "llama-server":
+                message = "This server does not support metrics endpoint. Start it with `--metrics`"
+                error = {"code": 501, "message": message, "type": "not_supported_error"}
+                return json_reply(501, {"error": error})
+            return json_reply(404, {"detail": "Not Found"})
+        # llama-server's API key guards every path but its public ones (/health, /models):
+        # /metrics too (tools/server/server-http.cpp, public_endpoints).
+        if p == "llama-server" and not self._authorized(headers):
+            return self._unauthorized()
+        return self.metrics()
 
     def answer(self, served: str, prompt: str) -> str:
         o = self.opts
@@ -1913,6 +2037,10 @@ class Engine:
             "nnodes": self.opts.nnodes,
             "phase": self.phase,
             "in_flight": self.in_flight,
+            "running": self.running,
+            "waiting": self.waiting,
+            "max_running": self.opts.max_running,
+            "token_seconds": self.settings.token_seconds,
             "model": self.opts.model,
             "served_model_names": self.opts.served_names,
             "tensor_parallel": self.opts.tensor_parallel,

@@ -253,7 +253,11 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 @pytest.mark.parametrize(
     ("marker", "args"),
-    [("PLACEMENT", PLACE_ALL), ("NODES", ["nodes", *FLEET_ARGS])],
+    [
+        ("PLACEMENT", PLACE_ALL),
+        ("NODES", ["nodes", *FLEET_ARGS]),
+        ("TOP", ["top", "--once", "--catalog", str(EXAMPLES / "catalog.yaml"), *FLEET_ARGS]),
+    ],
 )
 def test_the_readme_shows_what_ctl_prints_today(marker: str, args: list[str]) -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")

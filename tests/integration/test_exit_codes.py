@@ -185,6 +185,15 @@ SCENARIOS: dict[tuple[str, int], Args] = {
     # l40s-2 is Unreachable in the example snapshot.
     ("nodes", 1): lambda w: ("nodes", *EXAMPLE_FLEET),
     ("nodes", 2): lambda w: ("nodes", "--inventory", str(w.tmp / "nowhere")),
+    ("top", 0): lambda w: ("top", "--once", *EXAMPLE_CATALOG, *w.hgx2()),
+    ("top", 1): lambda w: ("top", "--once", *EXAMPLE_CATALOG, *EXAMPLE_FLEET),
+    ("top", 2): lambda w: (
+        "top",
+        "--once",
+        *EXAMPLE_CATALOG,
+        "--inventory",
+        str(w.tmp / "nowhere"),
+    ),
     ("facts", 0): lambda w: ("--timeout", "5", "facts", "--inventory", w.live(True)),
     ("facts", 1): lambda w: ("--timeout", "5", "facts", "--inventory", w.live(False)),
     ("facts", 2): lambda w: ("facts", "--inventory", str(w.tmp / "nowhere")),
@@ -305,7 +314,7 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd | None]:
 HELPS = {name: command.help or "" for name, command in commands().items()}
 # Commands whose every documented code is run here (the others' are held ELSEWHERE).
 HELD_HERE = (
-    "place", "nodes", "facts", "reconcile", "drain", "routes", "cordon", "uncordon",
+    "place", "nodes", "top", "facts", "reconcile", "drain", "routes", "cordon", "uncordon",
     "catalog check", "ca init",
 )  # fmt: skip
 

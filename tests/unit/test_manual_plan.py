@@ -103,6 +103,7 @@ def test_a_two_node_manual_replica_has_one_port_its_hcas_and_rank_0s_address_as_
             'ExecStart="python3" "-m" "sglang.launch_server" "--model-path" '
             '"/var/lib/modelfleet/models/hf-org-big-319dccb366ec" '
             '"--host" "0.0.0.0" "--port" "8000" "--served-model-name" "big" "--tp-size" "16" '
+            '"--enable-metrics" '
             f'"--nnodes" "2" "--node-rank" "{rank}" "--dist-init-addr" "10.0.0.1:18000"'
         )
         assert 'HF_HUB_OFFLINE="1"' in files.env_text.splitlines()  # loads from disk, offline

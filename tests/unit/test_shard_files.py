@@ -65,7 +65,7 @@ def test_llama_server_gets_threads_context_host_and_port() -> None:
     argv = command_line(profile("coder", "cpu"), place)
     assert argv == [
         "llama-server", "-m", "/srv/models/coder-q4_k_m.gguf", "--host", "0.0.0.0",
-        "--port", "8002", "--alias", "coder", "--threads", "16", "--ctx-size", "8192",
+        "--port", "8002", "--alias", "coder", "--threads", "16", "--ctx-size", "8192", "--metrics",
     ]  # fmt: skip
 
 
