@@ -68,6 +68,11 @@ class ProfileSpec(Protocol):
     def args(self) -> tuple[str, ...]: ...
 
 
+def host_port(host: str, port: int) -> str:
+    """`host:port`, an IPv6 address bracketed: `[fd00::1]:18000`."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def model_argument(source: str) -> str:
     """What the engine loads: `hf://Org/Name` → `Org/Name`, `file:///p` → `/p`."""
     if source.startswith("hf://"):
@@ -268,7 +273,8 @@ def _sglang(profile: ProfileSpec, model: str, source: str, place: Rank) -> list[
         argv += [
             "--nnodes", str(place.nodes),
             "--node-rank", str(place.rank),
-            "--dist-init-addr", f"{place.master_address}:{place.rendezvous_port}",
+            # SGLang's NetworkAddress.parse (srt/utils/network.py) refuses a bare IPv6.
+            "--dist-init-addr", host_port(place.master_address, place.rendezvous_port),
         ]  # fmt: skip
     return argv
 
@@ -298,7 +304,8 @@ SGLANG = EngineSpec(
     start="`python3 -m sglang.launch_server --model-path MODEL --host H --port P "
     "--served-model-name NAME --tp-size TP [--pp-size PP] [--context-length N] "
     "[--is-embedding]`",
-    multi_node_start="`--nnodes N --node-rank R --dist-init-addr RANK0:P+10000`",
+    multi_node_start="`--nnodes N --node-rank R --dist-init-addr RANK0:P+10000` (an IPv6 "
+    "RANK0 bracketed: `[fd00::1]:18000`)",
     replacements={"--tp": "use --tp-size (or --tensor-parallel-size)"},
     # sglang/srt/arg_groups/serving_hook.py handle_ssl_validation (0.5.23): both files or
     # neither; --enable-ssl-refresh reloads them (sglang/srt/entrypoints/ssl_utils.py).

@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import PurePosixPath
 
 from cli.catalog.load import CatalogProfile
-from cli.engines.specs import engine_spec
+from cli.engines.specs import engine_spec, host_port
 from cli.names import file_in
 from cli.shards.engines import Rank, command_line, environment
 
@@ -65,8 +65,7 @@ def systemd_quote(argument: str) -> str:
 
 def base_url(address: str, port: int, tls: bool) -> str:
     """Where a rank 0 serves: `https://` when it serves TLS, an IPv6 address bracketed."""
-    host = f"[{address}]" if ":" in address else address
-    return f"{'https' if tls else 'http'}://{host}:{port}"
+    return f"{'https' if tls else 'http'}://{host_port(address, port)}"
 
 
 def environment_file(env: dict[str, str]) -> str:

@@ -484,15 +484,32 @@ def _str_list(values: Mapping[str, object], key: str) -> list[str]:
 
 
 def split_host_port(address: str) -> tuple[str, int]:
-    """`host:port` or `[v6]:port`, as SGLang's --dist-init-addr takes it."""
+    """`host:port` or `[v6]:port`, as SGLang's --dist-init-addr takes it.
+
+    A bare IPv6 address is refused, as NetworkAddress.parse (sglang/srt/utils/network.py,
+    0.5.23) refuses it: `fd00::1:18000` could be fd00::1 port 18000 or fd00::1:18000."""
     if address.startswith("["):
         host, _, rest = address[1:].partition("]")
         port_text = rest.removeprefix(":")
     else:
         host, _, port_text = address.rpartition(":")
+        if ":" in host and _is_ipv6(host):
+            # A ValueError at start (srt/distributed/bootstrap.py), not argparse's exit 2.
+            raise StartError(
+                f"Bare IPv6 address without brackets is ambiguous: {address!r}. "
+                f"Use [{host}]:{port_text} instead."
+            )
     if not host or not port_text.isdigit():
         raise UsageError(f"error: invalid address {address!r}: expected host:port")
     return host, int(port_text)
+
+
+def _is_ipv6(host: str) -> bool:
+    try:
+        socket.inet_pton(socket.AF_INET6, host)
+    except OSError:
+        return False
+    return True
 
 
 @dataclass

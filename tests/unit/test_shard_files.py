@@ -60,6 +60,13 @@ def test_an_sglang_rank_meets_the_others_at_dist_init_addr() -> None:
     assert argv[argv.index("--node-rank") + 1] == "1"
 
 
+def test_an_sglang_rank_0_on_ipv6_is_bracketed_in_dist_init_addr() -> None:
+    # SGLang's NetworkAddress.parse (srt/utils/network.py, 0.5.23) refuses fd00::1:18000.
+    place = Rank(rank=1, nodes=2, port=8000, master_address="fd00::1")
+    argv = command_line(profile("llama-70b", "sg"), place)
+    assert argv[argv.index("--dist-init-addr") + 1] == "[fd00::1]:18000"
+
+
 def test_llama_server_gets_threads_context_host_and_port() -> None:
     place = Rank(rank=0, nodes=1, port=8002, master_address="cpu-1")
     argv = command_line(profile("coder", "cpu"), place)

@@ -506,6 +506,17 @@ def test_vllm_without_a_shutdown_timeout_aborts_requests_in_flight_on_sigterm(
     assert vllm.process.wait(timeout=5) == 0
 
 
+def test_sglang_refuses_a_bare_ipv6_rendezvous_address_as_it_starts(engines: Engines) -> None:
+    # NetworkAddress.parse (sglang/srt/utils/network.py, 0.5.23), from the distributed
+    # bootstrap: a ValueError once the arguments are parsed, so exit 1, not argparse's 2.
+    args = ["--model-path", "m", "--nnodes", "2", "--dist-init-addr", "fd00::1:18000"]
+    result = engines.run("sglang", args)
+
+    assert result.returncode == 1
+    assert "Use [fd00::1]:18000 instead" in result.stderr
+    assert '"event": "start"' not in result.stderr
+
+
 @pytest.mark.parametrize(
     ("engine", "args", "code"),
     [
