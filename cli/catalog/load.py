@@ -27,7 +27,12 @@ from cli.catalog.schema import (
     Profile,
     TokenRef,
 )
-from cli.engines.flags import accepted_options, check_options, versions_with_data
+from cli.engines.flags import (
+    accepted_options,
+    check_options,
+    versions_with_data,
+    whole_options,
+)
 from cli.engines.specs import Rank, engine_spec, version_tuple
 from cli.errors import InputError, InputProblem, KeyPath, near_miss
 from cli.names import control_character, file_name_problem, staged_file_name
@@ -146,6 +151,7 @@ def parse_catalog(text: str, file: str) -> Catalog:
     except ValidationError as error:
         found = problems_from_validation(error, CatalogFile, document)
         raise InputError(problems + _redacted(found, secrets, problems)) from None
+    parsed = _abbreviations_whole(parsed)
     checked: list[InputProblem] = []
     for name, model in parsed.models.items():
         checked += _check_model(document, name, model)
@@ -317,6 +323,23 @@ def _name_problem(what: str, name: str, why: str = "") -> str | None:
     if len(name) > MAX_NAME:
         return f"{what} has at most {MAX_NAME} characters, not {len(name)}{why}"
     return None
+
+
+def _abbreviations_whole(parsed: CatalogFile) -> CatalogFile:
+    """Each profile's args with the abbreviations its engine's parser expands written
+    whole, before anything reads them by option name (`--hf-tok` is `--hf-token`)."""
+    models: dict[str, Model] = {}
+    for name, model in parsed.models.items():
+        profiles: list[Profile] = []
+        for profile in model.profiles:
+            spec = engine_spec(profile.engine)
+            options = accepted_options(spec.name, profile.engine_version or spec.pinned_version)
+            if options is not None and spec.abbreviations:
+                args = whole_options(spec, profile.args, options)
+                profile = profile.model_copy(update={"args": args})  # noqa: PLW2901
+            profiles.append(profile)
+        models[name] = model.model_copy(update={"profiles": tuple(profiles)})
+    return parsed.model_copy(update={"models": models})
 
 
 def _check_model(document: YamlDocument, name: str, model: Model) -> list[InputProblem]:

@@ -68,13 +68,44 @@ def normalized(spec: EngineSpec, token: str) -> str:
     return name
 
 
+def resolved(spec: EngineSpec, name: str, options: frozenset[str]) -> list[str]:
+    """The options the parser could read `name` as: itself when it has it; else, where it
+    takes abbreviations, every `--` option that `name` is a prefix of (argparse.py
+    `_parse_optional`: one is that option, several are ambiguous); else none."""
+    if name in options:
+        return [name]
+    if spec.abbreviations and name.startswith("--"):
+        return sorted(option for option in options if option.startswith(name))
+    return []
+
+
+def whole_options(
+    spec: EngineSpec, argv: Sequence[str], options: frozenset[str]
+) -> tuple[str, ...]:
+    """argv with each abbreviation the parser expands written whole (`--tp 2` → `--tp-size
+    2`): what ctl writes means the same to this release and to a later one that adds an
+    option with the same prefix, and ctl's own reading of the options sees their names."""
+    out: list[str] = []
+    for index, token in enumerate(argv):
+        if token == "--":
+            return (*out, *argv[index:])
+        name = normalized(spec, token)
+        found = resolved(spec, name, options) if _is_option(token) else []
+        if len(found) == 1 and found[0] != name:
+            written = token.partition("=")[0]
+            if spec.underscores_are_dashes:  # --compilation.mode 3: the name ends at the dot
+                written = written.split(".", 1)[0].rstrip("+")
+            out.append(found[0] + token[len(written) :])
+        else:
+            out.append(token)
+    return tuple(out)
+
+
 def check_options(
     spec: EngineSpec, version: str, argv: Sequence[str], options: frozenset[str]
 ) -> list[OptionProblem]:
-    """Every token of `argv` that looks like an option the release's parser does not have.
-
-    An abbreviation the engine's argparse would expand (SGLang's --tp for --tp-size) is
-    refused too: it works only while no other option shares the prefix."""
+    """Every token of `argv` that looks like an option the release's parser does not have,
+    or that it reads as several (an ambiguous abbreviation)."""
     problems: list[OptionProblem] = []
     short = _short_version(version)
     for index, token in enumerate(argv):
@@ -83,14 +114,22 @@ def check_options(
         if not _is_option(token):
             continue
         name = normalized(spec, token)
-        if name in options:
+        found = resolved(spec, name, options)
+        if len(found) == 1:
+            continue
+        if found:
+            shown = ", ".join(found[:AMBIGUOUS_SHOWN])
+            if len(found) > AMBIGUOUS_SHOWN:
+                shown += f" and {len(found) - AMBIGUOUS_SHOWN} more"
+            message = f"{spec.label} {short} reads {name} as any of {shown}: write one whole"
+            problems.append(OptionProblem(index, token, message))
             continue
         message = f"{spec.label} {short} has no {name}"
         if name in spec.replacements:
             message += f": {spec.replacements[name]}"
         else:
             longer = sorted(o for o in options if o.startswith(name) and name.startswith("--"))
-            if longer:
+            if longer:  # an engine that takes names only whole
                 message += f": write the option whole ({', '.join(longer[:3])})"
             else:
                 near = difflib.get_close_matches(name, sorted(options), n=1, cutoff=0.8)
@@ -98,6 +137,9 @@ def check_options(
                     message += f" (did you mean {near[0]}?)"
         problems.append(OptionProblem(index, token, message))
     return problems
+
+
+AMBIGUOUS_SHOWN = 8  # candidates an ambiguous abbreviation's refusal names
 
 
 def _short_version(version: str) -> str:

@@ -115,6 +115,9 @@ class EngineSpec:
     multi_node_start: str  # what multi-node adds, for the docs
     # How its parser reads option names: vLLM takes --foo_bar for --foo-bar.
     underscores_are_dashes: bool = False
+    # Its parser takes a unique prefix of a `--` option for the option (argparse's
+    # allow_abbrev, its default), and refuses a prefix that several options share.
+    abbreviations: bool = False
     # Options it no longer has, with what to write instead (from the engine's own hints).
     replacements: Mapping[str, str] = field(default_factory=dict)
     environment: Callable[[ProfileSpec, Rank], dict[str, str]] | None = None
@@ -236,6 +239,9 @@ VLLM = EngineSpec(
     multi_node_start="`--nnodes N --node-rank R --master-addr RANK0 --master-port P+10000`, "
     "`--headless` on ranks > 0; `VLLM_HOST_IP`",
     underscores_are_dashes=True,
+    # vllm/entrypoints/cli/serve.py: `subparsers.add_parser("serve", ...)` makes a
+    # FlexibleArgumentParser (vllm/utils/argparse_utils.py) without allow_abbrev=False.
+    abbreviations=True,
     replacements={
         # vllm/utils/argparse_utils.py FlexibleArgumentParser.error's hint.
         "--task": "use --runner pooling (set `embedding: true`), and --convert embed to "
@@ -306,7 +312,8 @@ SGLANG = EngineSpec(
     "[--is-embedding]`",
     multi_node_start="`--nnodes N --node-rank R --dist-init-addr RANK0:P+10000` (an IPv6 "
     "RANK0 bracketed: `[fd00::1]:18000`)",
-    replacements={"--tp": "use --tp-size (or --tensor-parallel-size)"},
+    # sglang/srt/server_args.py prepare_server_args: argparse.ArgumentParser(prog=...).
+    abbreviations=True,
     # sglang/srt/arg_groups/serving_hook.py handle_ssl_validation (0.5.23): both files or
     # neither; --enable-ssl-refresh reloads them (sglang/srt/entrypoints/ssl_utils.py).
     # Not --ssl-ca-certs: with it, the server's warm-up request verifies its own

@@ -55,9 +55,8 @@ def test_ctl_catalog_check_exits_2_on_task_embed(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("engine", "args", "message"),
     [
-        ("sglang", ["--tp", "2"], "SGLang 0.5.23 has no --tp: use --tp-size"),
         ("sglang", ["--enforce-eager"], "SGLang 0.5.23 has no --enforce-eager"),
-        ("sglang", ["--context-len", "9"], "write the option whole (--context-length)"),
+        ("llama.cpp", ["--ctx-si", "9"], "write the option whole (--ctx-size)"),
         ("vllm", ["--max-model-lenn", "9"], "(did you mean --max-model-len?)"),
         ("llama.cpp", ["--no-mmap"], "llama.cpp 0.3.36 has no --no-mmap"),
     ],
@@ -69,6 +68,55 @@ def test_an_option_the_release_lacks_is_refused_with_a_hint(
     [problem] = problems_of(one_profile(engine=engine, args=args, **gpus))
     assert problem.startswith("catalog.yaml:5: models.m.profiles[0].args[0]: ")
     assert message in problem
+
+
+@pytest.mark.parametrize(
+    ("engine", "args", "whole"),
+    [
+        # argparse's allow_abbrev (SGLang's prepare_server_args, vLLM's serve subparser):
+        # a unique prefix is that option, and ctl writes it whole.
+        ("sglang", ["--tp", "2"], ["--tp-size", "2"]),
+        ("sglang", ["--context-len=9"], ["--context-length=9"]),
+        ("vllm", ["--max_model_l", "9"], ["--max-model-len", "9"]),
+        ("vllm", ["--compilation-conf.mode", "3"], ["--compilation-config.mode", "3"]),
+    ],
+)
+def test_an_abbreviation_the_parser_expands_is_taken_and_written_whole(
+    engine: str, args: list[str], whole: list[str]
+) -> None:
+    text = one_profile(engine=engine, gpu_class="H100", gpus_per_node=1, args=args)
+    assert parse_catalog(text, "catalog.yaml").models["m"].profiles[0].spec.args == tuple(whole)
+
+
+@pytest.mark.parametrize(
+    ("engine", "args", "message"),
+    [
+        (
+            "sglang",
+            ["--pp", "2"],
+            "SGLang 0.5.23 reads --pp as any of --pp-async-batch-depth, --pp-max-micro-batch-size",
+        ),
+        ("vllm", ["--enable-p"], "reads --enable-p as any of --enable-per-request-metrics,"),
+    ],
+)
+def test_an_ambiguous_abbreviation_is_refused_naming_the_candidates(
+    engine: str, args: list[str], message: str
+) -> None:
+    gpus = {"gpu_class": "H100", "gpus_per_node": 1}
+    [problem] = problems_of(one_profile(engine=engine, args=args, **gpus))
+    assert problem.startswith("catalog.yaml:5: models.m.profiles[0].args[0]: ")
+    assert message in problem
+
+
+def test_llama_cpp_takes_no_abbreviation() -> None:
+    # common/arg.cpp common_params_parse_ex: names are looked up whole in a map.
+    [problem] = problems_of(one_profile(engine="llama.cpp", args=["--ctx-siz", "9"]))
+    assert "llama.cpp 0.3.36 has no --ctx-siz: write the option whole (--ctx-size)" in problem
+
+
+def test_an_abbreviated_hf_token_is_refused_as_the_whole_one_is() -> None:
+    text = one_profile(engine="vllm", gpu_class="H100", gpus_per_node=1, args=["--hf-tok", "x"])
+    assert any("--hf-token puts a token on the command line" in p for p in problems_of(text))
 
 
 @pytest.mark.parametrize(
