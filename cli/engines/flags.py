@@ -10,10 +10,11 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any, cast
 
 from cli.engines.specs import EngineSpec, option_name
 
@@ -33,14 +34,112 @@ def versions_with_data(engine: str) -> list[str]:
 
 
 @cache
-def accepted_options(engine: str, version: str) -> frozenset[str] | None:
-    """The options of that release's parser; None when no data file covers it."""
+def _data(engine: str, version: str) -> dict[str, Any] | None:
     path = DATA_DIR / data_file_name(engine, version)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return cast(dict[str, Any], json.loads(path.read_text(encoding="utf-8")))
     except FileNotFoundError:
         return None
-    return frozenset(str(option) for option in data["options"])
+
+
+@cache
+def accepted_options(engine: str, version: str) -> frozenset[str] | None:
+    """The options of that release's parser; None when no data file covers it."""
+    data = _data(engine, version)
+    return None if data is None else frozenset(str(option) for option in data["options"])
+
+
+@dataclass(frozen=True)
+class ValueRule:
+    """How the parser reads an option's one value (scripts/engine_flags.py's "values")."""
+
+    kind: str = ""  # int, float (Python's, argparse's type=); c-int, c-float, c-unsigned
+    # (C++'s std::stoi, std::stof, std::stoul); "": any text
+    choices: tuple[object, ...] = ()  # after conversion by `kind`
+    words: tuple[str, ...] = ()  # taken as they are, besides what `kind` reads
+    none: bool = False  # "" and "None" read as no value (vLLM's optional_type)
+
+    def problem(self, value: str) -> str | None:
+        """Why the parser refuses `value`; None when it takes it."""
+        if value in self.words or (self.none and value in ("", "None")):
+            return None
+        converted: object = value
+        try:
+            converted = _CONVERSIONS[self.kind](value)
+        except ValueError:
+            return f"takes {_KIND_NAMES[self.kind]}, not {value!r}"
+        if self.choices and converted not in self.choices:
+            shown = ", ".join(str(choice) for choice in self.choices)
+            return f"takes one of {shown}, not {value!r}"
+        return None
+
+
+@cache
+def option_values(engine: str, version: str) -> dict[str, ValueRule]:
+    """The value rule of each option whose value that release's parser checks."""
+    data = _data(engine, version)
+    rules: dict[str, ValueRule] = {}
+    for option, rule in ({} if data is None else data.get("values", {})).items():
+        rules[option] = ValueRule(
+            kind=str(rule.get("type", "")),
+            choices=tuple(rule.get("choices", ())),
+            words=tuple(str(word) for word in rule.get("words", ())),
+            none=bool(rule.get("none", False)),
+        )
+    return rules
+
+
+# std::stoi and friends: leading white space, a sign, digits (then anything, ignored).
+_C_INTEGER = re.compile(r"[ \t\n\v\f\r]*([+-]?\d+)")
+_C_FLOAT = re.compile(
+    r"[ \t\n\v\f\r]*([+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?|0[xX][0-9a-fA-F.]+"
+    r"|[iI][nN][fF]|[nN][aA][nN]))"
+)
+_INT_RANGE = (-(2**31), 2**31 - 1)  # std::stoi: out_of_range past int's
+_FLOAT_MAX = 3.4028234663852886e38  # std::stof: out_of_range past float's
+
+
+def _c_int(value: str) -> int:
+    found = _C_INTEGER.match(value)
+    if found is None or not _INT_RANGE[0] <= int(found.group(1)) <= _INT_RANGE[1]:
+        raise ValueError(value)
+    return int(found.group(1))
+
+
+def _c_unsigned(value: str) -> int:
+    found = _C_INTEGER.match(value)
+    if found is None or abs(int(found.group(1))) >= 2**64:  # strtoul negates a "-"
+        raise ValueError(value)
+    return int(found.group(1)) % 2**64
+
+
+def _c_float(value: str) -> float:
+    found = _C_FLOAT.match(value)
+    if found is None:
+        raise ValueError(value)
+    text = found.group(1)
+    number = float.fromhex(text) if "x" in text.lower() else float(text)
+    if abs(number) > _FLOAT_MAX and text.lstrip("+-").lower() != "inf":  # ERANGE
+        raise ValueError(value)
+    return number
+
+
+_CONVERSIONS: dict[str, Callable[[str], object]] = {
+    "": str,
+    "int": int,
+    "float": float,
+    "c-int": _c_int,
+    "c-unsigned": _c_unsigned,
+    "c-float": _c_float,
+}
+_KIND_NAMES = {
+    "": "text",
+    "int": "an integer",
+    "float": "a number",
+    "c-int": "an integer",
+    "c-unsigned": "an integer",
+    "c-float": "a number",
+}
 
 
 @dataclass(frozen=True)
@@ -108,14 +207,25 @@ def check_options(
     or that it reads as several (an ambiguous abbreviation)."""
     problems: list[OptionProblem] = []
     short = _short_version(version)
+    rules = option_values(spec.name, version)
+    value_index = -1  # the token that is the option before's value
     for index, token in enumerate(argv):
         if token == "--":
             break
-        if not _is_option(token):
+        if index == value_index or not _is_option(token):
             continue
         name = normalized(spec, token)
         found = resolved(spec, name, options)
         if len(found) == 1:
+            rule = rules.get(found[0])
+            if rule is None or "." in token.partition("=")[0]:
+                continue
+            value_index, problem = _value_problem(spec, argv, index, rule)
+            if problem is not None:
+                where = index if value_index < 0 else value_index
+                problems.append(
+                    OptionProblem(where, token, f"{spec.label} {short}'s {name} {problem}")
+                )
             continue
         if found:
             shown = ", ".join(found[:AMBIGUOUS_SHOWN])
@@ -137,6 +247,21 @@ def check_options(
                     message += f" (did you mean {near[0]}?)"
         problems.append(OptionProblem(index, token, message))
     return problems
+
+
+def _value_problem(
+    spec: EngineSpec, argv: Sequence[str], index: int, rule: ValueRule
+) -> tuple[int, str | None]:
+    """(the index of the option's value, -1 when written `--opt=value` or missing; why the
+    parser refuses it, if it does). argparse takes `--opt=value`, or the next token unless
+    it is an option; llama.cpp's parser takes the next token, whatever it is."""
+    token = argv[index]
+    if spec.argparse and "=" in token:
+        return -1, rule.problem(token.partition("=")[2])
+    following = index + 1
+    if following >= len(argv) or (spec.argparse and _is_option(argv[following])):
+        return -1, "needs a value"
+    return following, rule.problem(argv[following])
 
 
 AMBIGUOUS_SHOWN = 8  # candidates an ambiguous abbreviation's refusal names

@@ -115,6 +115,10 @@ class EngineSpec:
     multi_node_start: str  # what multi-node adds, for the docs
     # How its parser reads option names: vLLM takes --foo_bar for --foo-bar.
     underscores_are_dashes: bool = False
+    # Its parser is Python's argparse: `--option=value`, and a value after its option
+    # unless it looks like an option itself. Not: every token is looked up whole and
+    # the one after an option that takes a value is its value (llama.cpp's).
+    argparse: bool = False
     # Its parser takes a unique prefix of a `--` option for the option (argparse's
     # allow_abbrev, its default), and refuses a prefix that several options share.
     abbreviations: bool = False
@@ -156,8 +160,9 @@ class EngineSpec:
 
 
 def option_name(spec: EngineSpec, token: str) -> str:
-    """How the engine's parser names an option token: `--max_model_len=5` → `--max-model-len`."""
-    name = token.partition("=")[0]
+    """How the engine's parser names an option token: `--max_model_len=5` → `--max-model-len`
+    (llama.cpp's looks `--seed=1` up whole, and has no such option)."""
+    name = token.partition("=")[0] if spec.argparse else token
     if spec.underscores_are_dashes and name.startswith("--"):
         name = "--" + name[2:].replace("_", "-")
     return name
@@ -241,6 +246,7 @@ VLLM = EngineSpec(
     underscores_are_dashes=True,
     # vllm/entrypoints/cli/serve.py: `subparsers.add_parser("serve", ...)` makes a
     # FlexibleArgumentParser (vllm/utils/argparse_utils.py) without allow_abbrev=False.
+    argparse=True,
     abbreviations=True,
     replacements={
         # vllm/utils/argparse_utils.py FlexibleArgumentParser.error's hint.
@@ -313,6 +319,7 @@ SGLANG = EngineSpec(
     multi_node_start="`--nnodes N --node-rank R --dist-init-addr RANK0:P+10000` (an IPv6 "
     "RANK0 bracketed: `[fd00::1]:18000`)",
     # sglang/srt/server_args.py prepare_server_args: argparse.ArgumentParser(prog=...).
+    argparse=True,
     abbreviations=True,
     # sglang/srt/arg_groups/serving_hook.py handle_ssl_validation (0.5.23): both files or
     # neither; --enable-ssl-refresh reloads them (sglang/srt/entrypoints/ssl_utils.py).

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cli.catalog.load import parse_catalog
-from cli.engines.flags import DATA_DIR, accepted_options, check_options
+from cli.engines.flags import DATA_DIR, ValueRule, accepted_options, check_options, option_values
 from cli.engines.specs import ENGINE_SPECS, Rank, engine_spec
 from cli.errors import InputError
 from cli.shards.engines import command_line, environment
@@ -106,6 +106,59 @@ def test_an_ambiguous_abbreviation_is_refused_naming_the_candidates(
     [problem] = problems_of(one_profile(engine=engine, args=args, **gpus))
     assert problem.startswith("catalog.yaml:5: models.m.profiles[0].args[0]: ")
     assert message in problem
+
+
+@pytest.mark.parametrize(
+    ("engine", "args", "index", "message"),
+    [
+        # vllm/config/model.py RunnerOption: Literal["auto", RunnerType], argparse choices.
+        (
+            "vllm",
+            ["--runner", "embed"],
+            1,
+            "vLLM 0.34's --runner takes one of auto, draft, generate, pooling, not 'embed'",
+        ),
+        ("vllm", ["--runner=embed"], 0, "takes one of auto, draft, generate, pooling"),
+        ("vllm", ["--max-num-seqs", "many"], 1, "--max-num-seqs takes an integer, not 'many'"),
+        ("vllm", ["--gpu-memory-utilization", "most"], 1, "takes a number, not 'most'"),
+        ("vllm", ["--seed"], 0, "--seed needs a value"),
+        ("vllm", ["--seed", "--enforce-eager"], 0, "--seed needs a value"),
+        ("sglang", ["--random-seed", "x1"], 1, "--random-seed takes an integer, not 'x1'"),
+        # common/arg.cpp: -ngl reads "auto", "all", else std::stoi, which throws on "abc".
+        (
+            "llama.cpp",
+            ["--n-gpu-layers", "abc"],
+            1,
+            "llama.cpp 0.3.36's --n-gpu-layers takes an integer, not 'abc'",
+        ),
+        ("llama.cpp", ["--ctx-size", "99999999999"], 1, "takes an integer"),  # out_of_range
+        ("llama.cpp", ["--temp", "warm"], 1, "--temp takes a number, not 'warm'"),
+        ("llama.cpp", ["--seed=1"], 0, "llama.cpp 0.3.36 has no --seed=1"),
+    ],
+)
+def test_a_value_the_parser_refuses_is_refused_at_its_file_line_and_key(
+    engine: str, args: list[str], index: int, message: str
+) -> None:
+    gpus = {"gpu_class": "H100", "gpus_per_node": 1}
+    [problem] = problems_of(one_profile(engine=engine, args=args, **gpus))
+    assert problem.startswith(f"catalog.yaml:5: models.m.profiles[0].args[{index}]: ")
+    assert message in problem
+
+
+@pytest.mark.parametrize(
+    ("engine", "args"),
+    [
+        ("vllm", ["--runner", "pooling", "--seed", "-1", "--max-num-seqs=8"]),
+        ("vllm", ["--max-model-len", "32k", "--gpu-memory-utilization", "None"]),  # 1K, 2M: any
+        ("vllm", ["--max_num_seqs", " 12 "]),  # Python's int() takes the blanks
+        ("sglang", ["--tp", "2", "--mem-fraction-static", "0.8"]),
+        ("llama.cpp", ["-ngl", "auto", "--n-gpu-layers", "all", "-c", "4096"]),
+        ("llama.cpp", ["--ctx-size", "4096k", "--temp", "0.7", "--seed", "-1"]),  # std::stoi
+    ],
+)
+def test_values_the_parser_takes_pass(engine: str, args: list[str]) -> None:
+    text = one_profile(engine=engine, gpu_class="H100", gpus_per_node=1, args=args)
+    assert parse_catalog(text, "catalog.yaml").models["m"].profiles[0].spec.args
 
 
 def test_llama_cpp_takes_no_abbreviation() -> None:
@@ -259,6 +312,17 @@ def test_each_spec_has_option_data_for_its_pinned_release_made_by_the_script() -
         assert data["options"] == sorted(set(data["options"]))
         assert "--host" in data["options"]
         assert "--port" in data["options"]
+        assert set(data["values"]) <= set(data["options"])
+        assert data["values"]["--port"]["type"] in ("int", "c-int")
+
+
+def test_the_value_data_holds_what_the_parsers_say() -> None:
+    # vllm/config/model.py RunnerOption; common/arg.cpp -ngl; sglang's tp_size: int.
+    assert option_values("vllm", "0.34.0")["--runner"].choices == (
+        "auto", "draft", "generate", "pooling",
+    )  # fmt: skip
+    assert option_values("llama.cpp", "0.3.36")["-ngl"] == ValueRule("c-int", words=("all", "auto"))
+    assert option_values("sglang", "0.5.23")["--tp-size"] == ValueRule("int")
 
 
 def test_the_data_holds_what_the_issues_findings_say_of_each_release() -> None:
