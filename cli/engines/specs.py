@@ -21,6 +21,10 @@ from typing import Protocol
 # Where ranks of a multi-node replica meet: rank 0's address at this offset from the port.
 RENDEZVOUS_OFFSET = 10000
 
+# The sources an engine downloads over HTTP itself, a token with them where it has one
+# (s3:// is read with the node's own cloud credentials, file:// is local).
+FETCHED_SOURCES = ("hf://", "https://", "http://")
+
 
 @dataclass(frozen=True)
 class Rank:
@@ -105,6 +109,10 @@ class EngineSpec:
     # staging.py), and the environment that keeps it from fetching anything itself then.
     stages: tuple[str, ...]
     offline_environment: Mapping[str, str]
+    # Where it reads, when it fetches weights itself (a source not staged), the token it
+    # sends and the hub (or mirror) it fetches `hf://` sources from.
+    token_environment: tuple[str, ...]
+    endpoint_environment: tuple[str, ...]
     embedding_args: tuple[str, ...]  # what `embedding: true` adds
     litellm_provider: str
     health_path: str  # 200 once it serves
@@ -157,6 +165,10 @@ class EngineSpec:
 
     def reads(self, source: str) -> bool:
         return source.startswith(self.sources)
+
+    def fetches(self, source: str) -> bool:
+        """It downloads `source` itself, from the hub or the URL, when not staged."""
+        return self.reads(source) and source.startswith(FETCHED_SOURCES)
 
 
 def option_name(spec: EngineSpec, token: str) -> str:
@@ -231,6 +243,9 @@ VLLM = EngineSpec(
     stages=("hf://",),
     # huggingface_hub's constants.py: no request to the hub, files from disk only.
     offline_environment={"HF_HUB_OFFLINE": "1"},
+    # huggingface_hub's constants.py, which vLLM downloads with.
+    token_environment=("HF_TOKEN",),
+    endpoint_environment=("HF_ENDPOINT",),
     embedding_args=("--runner", "pooling"),
     litellm_provider="hosted_vllm",
     health_path="/health",
@@ -306,6 +321,8 @@ SGLANG = EngineSpec(
     sources=("hf://", "file://", "s3://"),
     stages=("hf://",),
     offline_environment={"HF_HUB_OFFLINE": "1"},
+    token_environment=("HF_TOKEN",),  # huggingface_hub's, as vLLM's
+    endpoint_environment=("HF_ENDPOINT",),
     embedding_args=("--is-embedding",),
     litellm_provider="openai",
     health_path="/health",
@@ -372,6 +389,11 @@ LLAMA_CPP = EngineSpec(
     # One file by URL; its hf:// repositories hold a file per quantisation: -hf picks one.
     stages=("https://", "http://"),
     offline_environment={},  # `-m PATH` reads the file and nothing else
+    # common/arg.cpp: --hf-token's set_env("HF_TOKEN"), sent as a bearer token by every
+    # download (-hf and --model-url alike, common/download.cpp); common.cpp
+    # common_get_model_endpoint: MODEL_ENDPOINT, else HF_ENDPOINT, else the hub.
+    token_environment=("HF_TOKEN",),
+    endpoint_environment=("MODEL_ENDPOINT",),
     embedding_args=("--embeddings",),
     embedding_aliases=(("--embedding",),),
     litellm_provider="openai",

@@ -39,7 +39,15 @@ from cli.pki.store import CertificateAuthority, default_ca_dir, published_crl
 from cli.placement.place import running_replicas
 from cli.reconcile.apply import Outcome, apply
 from cli.reconcile.ledger import ledger_path, load_ledger, save_ledger
-from cli.reconcile.planner import DRAINING, Plan, cordoned, plan, plan_manual, retired_unreplaced
+from cli.reconcile.planner import (
+    DRAINING,
+    Plan,
+    Start,
+    cordoned,
+    plan,
+    plan_manual,
+    retired_unreplaced,
+)
 from cli.reconcile.renewal import sort_out
 from cli.routes.deploy import PlaybookRouter, RouterDeployer, router_hosts
 from cli.shards.staging import evictable_directories, token_destination_problem
@@ -255,27 +263,39 @@ def plan_pass(
     return replace(the_plan, renewals=renew, certificates_due=said)
 
 
+def _sends_token(start: Start) -> bool:
+    """Its staging, or its engine fetching the weights itself, sends the model's token."""
+    return any(j.token_key for j in start.stage) or any(
+        f.fetch is not None and f.fetch.token_key is not None for f in start.files
+    )
+
+
 def _check_token_destinations(the_plan: Plan, inventory: Inventory) -> None:
-    """InputError (exit 2, nothing done), at each token reference, for a start whose staging
-    would send its model's token to a host neither the hub endpoint nor allowed by the
-    inventory (cli/shards/staging.py `token_destination_problem`)."""
+    """InputError (exit 2, nothing done), at each token reference, for a start whose staging,
+    or whose engine fetching its own weights, would send its model's token to a host
+    neither the hub endpoint nor allowed by the inventory (cli/shards/staging.py
+    `token_destination_problem`)."""
     problems: list[InputProblem] = []
     for start in the_plan.starts:
         token = start.profile.token
         if token is None:
             continue
-        for job in start.stage:
-            if job.token_key is None:
-                continue
-            host = inventory.host(job.node).vars
+        sends = [(job.node, job.source, "staging") for job in start.stage if job.token_key]
+        sends += [
+            (files.node, files.fetch.source, "its engine fetching it")
+            for files in start.files
+            if files.fetch is not None and files.fetch.token_key is not None
+        ]
+        for node, source, how in sends:
+            host = inventory.host(node).vars
             why = token_destination_problem(
-                job.source, host.modelfleet_hf_endpoint, host.modelfleet_token_hosts
+                source, host.modelfleet_hf_endpoint, host.modelfleet_token_hosts
             )
             if why is not None:
                 problems.append(
                     InputProblem(
                         token.file, token.line, token.path,
-                        f"{token.model}'s token, staging on {job.node}: {why}",
+                        f"{token.model}'s token, {how} on {node}: {why}",
                     )
                 )  # fmt: skip
     if problems:
@@ -339,8 +359,7 @@ def apply_plan(
     # Every token the staging needs, read now: one that is missing is said (exit 2) before
     # anything on a node has changed.
     tokens = resolve_tokens(
-        [start.profile for start in the_plan.starts if any(j.token_key for j in start.stage)],
-        os.environ,
+        [start.profile for start in the_plan.starts if _sends_token(start)], os.environ
     )
     renewed = renew_planned(options, fleet, the_plan, inventory_path, ca, report)
     # A model waiting out its backoff is short of replicas.min: not done (exit 1).

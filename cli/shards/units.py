@@ -78,6 +78,19 @@ def environment_file(env: dict[str, str]) -> str:
 
 
 @dataclass(frozen=True)
+class Fetch:
+    """A shard whose engine downloads its weights itself (not staged): the names its
+    environment file gives the token and the hub endpoint, which the node's playbook run
+    adds (playbooks/start_shards.yml): the token is never in a plan, a variables file or
+    an argument, and the endpoint is the node's inventory's."""
+
+    source: str
+    token_key: str | None  # the profile (model/profile) whose token it sends; None: none
+    token_names: tuple[str, ...]
+    endpoint_names: tuple[str, ...]  # for an hf:// source only
+
+
+@dataclass(frozen=True)
 class ShardFiles:
     """Everything a node needs to run one shard, and where it goes."""
 
@@ -96,6 +109,20 @@ class ShardFiles:
     health_url: str | None  # rank 0 only: where it says it is ready
     tls: bool = False  # it serves TLS: checked against the CA certificate on its node
     certificate: str | None = None  # the serial of the certificate it serves with
+    fetch: Fetch | None = None  # its engine fetches the weights itself
+
+
+def _fetch(profile: CatalogProfile, staged: str | None) -> Fetch | None:
+    spec = engine_spec(profile.spec.engine)
+    if staged is not None or not spec.fetches(profile.source):
+        return None
+    hub = profile.source.startswith("hf://")
+    return Fetch(
+        source=profile.source,
+        token_key=profile.key if profile.token is not None else None,
+        token_names=spec.token_environment if profile.token is not None else (),
+        endpoint_names=spec.endpoint_environment if hub else (),
+    )
 
 
 def shard_files(
@@ -179,4 +206,5 @@ def shard_files(
         health_url=base_url(address, place.port, tls) if place.rank == 0 else None,
         tls=tls,
         certificate=certificate if tls else None,
+        fetch=_fetch(profile, staged),
     )

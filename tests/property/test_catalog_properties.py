@@ -278,7 +278,15 @@ def line_of(text: str, path: KeyPath) -> int:
 
 
 Defect = tuple[str, KeyPath, str]  # the kind, the key it is at, how the message starts
-BAD_ALIASES = ("-leading-dash", ".dot", "has space", "slash/ed", "ünïcode", "a@b", "colon:ed")  # a control character is its own refusal (cli/names.py)
+BAD_ALIASES = (
+    "-leading-dash",
+    ".dot",
+    "has space",
+    "slash/ed",
+    "ünïcode",
+    "a@b",
+    "colon:ed",
+)  # a control character is its own refusal (cli/names.py)
 
 
 @st.composite
