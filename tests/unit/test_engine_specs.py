@@ -244,6 +244,19 @@ def test_every_example_command_line_holds_only_options_its_engine_has(path: Path
         assert check_options(spec, spec.pinned_version, argv[program:], options) == [], key
 
 
+EMBEDDING_MODELS = ("hf://BAAI/bge-m3",)  # real vLLM resolves `--runner auto` to pooling
+
+
+@pytest.mark.parametrize("path", example_catalogs(), ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_example_embedding_model_is_declared_one(path: Path) -> None:
+    # XLMRobertaModel, bge-m3's architecture, is in vLLM 0.34's _EMBEDDING_MODELS only
+    # (vllm/model_executor/models/registry.py): it serves no chat routes.
+    for model in parse_catalog(path.read_text(), str(path)).models.values():
+        for profile in model.profiles:
+            if profile.source in EMBEDDING_MODELS:
+                assert profile.spec.embedding, profile.key
+
+
 def test_the_example_bge_m3_is_an_embedding_server_in_each_engines_own_mode() -> None:
     catalog = parse_catalog((ROOT / "examples" / "catalog.yaml").read_text(), "c.yaml")
     vllm, cpu = catalog.models["bge-m3"].profiles
