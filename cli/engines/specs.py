@@ -119,6 +119,9 @@ class EngineSpec:
     ready_path: str  # lists the served model
     drains: bool  # SIGTERM lets requests in flight finish
     stop: str  # how SIGTERM stops it, for the docs
+    # How a multi-node replica being retired stops, and why, for the docs: rank 0 first
+    # and waited for, then the other ranks (cli/reconcile/apply.py, for every engine).
+    stop_order: str
     start: str  # the command line, for the docs
     multi_node_start: str  # what multi-node adds, for the docs
     # How its parser reads option names: vLLM takes --foo_bar for --foo-bar.
@@ -253,6 +256,9 @@ VLLM = EngineSpec(
     drains=True,
     stop="drains: `--shutdown-timeout drain_seconds`; `/health` says 200 meanwhile, new "
     "requests are aborted",
+    # vllm/entrypoints/cli/serve.py run_headless: SIGTERM raises SystemExit at once.
+    stop_order="rank 0 first, waited for, then the others: a `--headless` rank exits at once "
+    "on SIGTERM (entrypoints/cli/serve.py), which would take rank 0's workers away mid-drain",
     start="`vllm serve MODEL --host H --port P --served-model-name NAME "
     "--tensor-parallel-size TP --pipeline-parallel-size PP [--max-model-len N] "
     "--shutdown-timeout S [--runner pooling]`",
@@ -330,6 +336,8 @@ SGLANG = EngineSpec(
     drains=True,
     stop="drains without a bound, still taking new requests; `/health` says 503; ranks > 0 "
     "ignore SIGTERM until rank 0 tells them to stop",
+    stop_order="rank 0 first, waited for, then the others: they stop when rank 0 tells them, "
+    "so their own stop then finds them gone rather than waiting out its timeout",
     start="`python3 -m sglang.launch_server --model-path MODEL --host H --port P "
     "--served-model-name NAME --tp-size TP [--pp-size PP] [--context-length N] "
     "[--is-embedding]`",
@@ -402,6 +410,7 @@ LLAMA_CPP = EngineSpec(
     drains=False,
     stop="does not drain: SIGTERM stops it at once, dropping requests in flight; a second "
     "signal exits 1; `drain_seconds` does nothing",
+    stop_order="—",
     start="`llama-server -m PATH` (or `-hf ORG/NAME`, `--model-url URL`) `--host H --port P "
     "--alias NAME [--threads T] [--ctx-size N] [--embeddings]`",
     multi_node_start="—",
@@ -431,13 +440,14 @@ def tls_table() -> str:
 def engine_table() -> str:
     """docs/reconcile.md's engine table (cog): how each engine starts, stops and is checked."""
     lines = [
-        "| engine | command line | multi-node | SIGTERM | health, ready | checked against |",
-        "|---|---|---|---|---|---|",
+        "| engine | command line | multi-node | SIGTERM | multi-node stop | health, ready |"
+        " checked against |",
+        "|---|---|---|---|---|---|---|",
     ]
     for spec in ENGINE_SPECS.values():
         multi = spec.multi_node_start if spec.multi_node else "—"
         lines.append(
-            f"| {spec.label} | {spec.start} | {multi} | {spec.stop} | "
+            f"| {spec.label} | {spec.start} | {multi} | {spec.stop} | {spec.stop_order} | "
             f"`{spec.health_path}`, `{spec.ready_path}` | {spec.package} "
             f"{spec.pinned_version} (from {spec.min_version}: {spec.min_version_why}) |"
         )

@@ -12,7 +12,7 @@ import pytest
 
 from cli.catalog.load import parse_catalog
 from cli.engines.flags import DATA_DIR, ValueRule, accepted_options, check_options, option_values
-from cli.engines.specs import ENGINE_SPECS, Rank, engine_spec
+from cli.engines.specs import ENGINE_SPECS, Rank, engine_spec, engine_table
 from cli.errors import InputError
 from cli.shards.engines import command_line, environment
 from cli.shards.units import shard_files
@@ -396,3 +396,12 @@ def test_the_inventory_names_the_fabric_network_per_host() -> None:
     assert rank_networks(Inventory(source="i", hosts=hosts)) == {"a": ("ib0", "10.8.0.1")}
     with pytest.raises(ValueError, match="fabric_interface"):
         HostVars.model_validate({"fabric_interface": "no spaces allowed"})
+
+
+def test_the_engine_table_says_each_multi_node_engines_stop_order() -> None:
+    # docs/reconcile.md (cog): cli/reconcile/apply.py drains rank 0 first for every engine.
+    header, _, *rows = engine_table().splitlines()
+    assert "| multi-node stop |" in header
+    for spec, row in zip(ENGINE_SPECS.values(), rows, strict=True):
+        stop = row.split(" | ")[4]
+        assert stop.startswith("rank 0 first, waited for") == spec.multi_node, spec.name
