@@ -43,6 +43,10 @@ no check for a field whose kwargs the code changes (`x_kwargs["f"]["type"] = ...
 llama.cpp: an `int` handler, or a string handler whose only reading of its value is one
 std::sto* of it. What is not there is passed unchecked.
 
+For vLLM, "pooling_only_architectures": the architectures its model registry
+(vllm/model_executor/models/registry.py) serves only as pooling models, which ctl refuses
+to route as chat (`read_vllm_pooling_only`).
+
 Downloads are kept in --cache (default /var/cache/modelfleet-engines) and pip's own
 cache; a cached file is used only when its sha256 is the one the data file records.
 """
@@ -488,6 +492,66 @@ def read_vllm(
     return options, values, [*VLLM_FILES, "vllm/config/*.py"]
 
 
+VLLM_REGISTRY = "vllm/model_executor/models/registry.py"
+# vllm/model_executor/models/registry.py: the dicts of architectures vLLM runs only as a
+# pooling model, and those it also generates with.
+VLLM_POOLING_TABLES = (
+    "_EMBEDDING_MODELS",
+    "_LATE_INTERACTION_MODELS",
+    "_REWARD_MODELS",
+    "_TOKEN_CLASSIFICATION_MODELS",
+    "_SEQUENCE_CLASSIFICATION_MODELS",
+)
+VLLM_GENERATING_TABLES = ("_TEXT_GENERATION_MODELS", "_MULTIMODAL_MODELS")
+
+
+def _registry_tables(text: str) -> dict[str, dict[str, str]]:
+    """Each module-level `_X_MODELS = {"Arch": ("module", "Class"), **_Y, ...}`: arch → class."""
+    tables: dict[str, dict[str, str]] = {}
+
+    def entries(node: ast.Dict) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for key, value in zip(node.keys, node.values, strict=True):
+            if key is None and isinstance(value, ast.Dict):
+                found |= entries(value)
+            elif key is None and isinstance(value, ast.Name):
+                found |= tables.get(value.id, {})
+            elif (
+                isinstance(key, ast.Constant)
+                and isinstance(key.value, str)
+                and isinstance(value, ast.Tuple)
+                and len(value.elts) >= 2
+                and isinstance(value.elts[1], ast.Constant)
+            ):
+                found[key.value] = str(value.elts[1].value)
+        return found
+
+    for node in ast.parse(text).body:
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Dict)
+        ):
+            tables[node.targets[0].id] = entries(node.value)
+    return tables
+
+
+def read_vllm_pooling_only(read: Callable[[str], str]) -> list[str]:
+    """The architectures vLLM serves only as pooling models (`--runner auto` resolves to
+    pooling, no chat routes): in its pooling tables, in neither generating table, and
+    loaded by a class no generating architecture uses (`LlamaModel`, loaded as
+    LlamaForCausalLM, is left out)."""
+    tables = _registry_tables(read(VLLM_REGISTRY))
+    missing = [n for n in (*VLLM_POOLING_TABLES, *VLLM_GENERATING_TABLES) if not tables.get(n)]
+    if missing:
+        raise SystemExit(f"{VLLM_REGISTRY}: no {', '.join(missing)}; the reader is stale")
+    pooling = {a: c for n in VLLM_POOLING_TABLES for a, c in tables[n].items()}
+    generating = {a: c for n in VLLM_GENERATING_TABLES for a, c in tables[n].items()}
+    classes = set(generating.values())
+    return sorted(a for a, c in pooling.items() if a not in generating and c not in classes)
+
+
 # --------------------------------------------------------------------------- SGLang
 
 SGLANG_SERVER_ARGS = "sglang/srt/server_args.py"
@@ -819,7 +883,12 @@ def generate(
     spec: EngineSpec, version: str, cache: Path, known_sha: str | None
 ) -> dict[str, object]:
     package = download(spec, version, cache, known_sha)
-    options, values, files = READERS[spec.name](open_package(package))
+    read = open_package(package)
+    options, values, files = READERS[spec.name](read)
+    pooling: dict[str, object] = {}
+    if spec.name == "vllm":
+        pooling = {"pooling_only_architectures": read_vllm_pooling_only(read)}
+        files = [*files, VLLM_REGISTRY]
     return {
         "engine": spec.name,
         "version": version,
@@ -830,6 +899,7 @@ def generate(
         "read": files,
         "command": COMMAND,
         "options": sorted(options),
+        **pooling,
         "values": {option: values[option] for option in sorted(values)},
     }
 

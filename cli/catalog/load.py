@@ -82,6 +82,14 @@ class CatalogProfile:
     # The token its source is fetched with; None when it needs none, or has an hf:// or
     # https:// source no token applies to.
     token: CatalogToken | None = None
+    # Where the catalog says it, for what is found wrong with it later (a refusal at
+    # apply): file, line and key. Not part of what the profile is.
+    file: str = field(default="", compare=False)
+    line: int | None = field(default=None, compare=False)
+    path: KeyPath = field(default=(), compare=False)
+
+    def problem(self, key: str, message: str) -> InputProblem:
+        return InputProblem(self.file, self.line, (*self.path, key), message)
 
     @property
     def name(self) -> str:
@@ -175,6 +183,9 @@ def parse_catalog(text: str, file: str) -> Catalog:
                     profile,
                     profile.source or model.source or "",
                     _token_of(document, name, model, index),
+                    document.file,
+                    document.line_of(("models", name, "profiles", index)),
+                    ("models", name, "profiles", index),
                 )
                 for index, profile in sorted(
                     enumerate(model.profiles), key=lambda item: -item[1].priority

@@ -49,6 +49,14 @@ def accepted_options(engine: str, version: str) -> frozenset[str] | None:
     return None if data is None else frozenset(str(option) for option in data["options"])
 
 
+@cache
+def pooling_only_architectures(engine: str, version: str) -> frozenset[str]:
+    """The model architectures that release serves only as pooling (embedding) models,
+    from its model registry; none known for an engine without that data."""
+    data = _data(engine, version)
+    return frozenset(str(a) for a in (data or {}).get("pooling_only_architectures", ()))
+
+
 @dataclass(frozen=True)
 class ValueRule:
     """How the parser reads an option's one value (scripts/engine_flags.py's "values")."""

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from cli.catalog.load import Catalog
-from cli.cluster.snapshot import checked
+from cli.cluster.snapshot import Snapshot, checked
 from cli.edges.ansible import PlaybookRun
 from cli.errors import InputError, InputProblem
 from cli.inventory.edit import cordon_node
@@ -50,7 +50,11 @@ from cli.reconcile.planner import (
 )
 from cli.reconcile.renewal import sort_out
 from cli.routes.deploy import PlaybookRouter, RouterDeployer, router_hosts
-from cli.shards.staging import evictable_directories, token_destination_problem
+from cli.shards.staging import (
+    architecture_problem,
+    evictable_directories,
+    token_destination_problem,
+)
 
 OnRun = Callable[[PlaybookRun], None]
 
@@ -212,6 +216,7 @@ def _run_manual(
         fleet.networks, fleet.stores,
     )  # fmt: skip
     _check_token_destinations(the_plan, fleet.inventory)
+    _check_architectures(the_plan, fleet.snapshot)
     hooks.show_plan(the_plan)
     if request.dry_run:
         return PassResult(the_plan, fleet)
@@ -257,10 +262,26 @@ def plan_pass(
         networks=fleet.networks, stores=fleet.stores, defragment=defragment,
     )  # fmt: skip
     _check_token_destinations(the_plan, fleet.inventory)
+    _check_architectures(the_plan, snapshot)
     here = None if ca is None else (ca.name, fingerprint(ca.cert))
     where = str(ca_dir if ca_dir is not None else default_ca_dir())
     renew, said = sort_out(fleet.due, here, where)
     return replace(the_plan, renewals=renew, certificates_due=said)
+
+
+def _check_architectures(the_plan: Plan, snapshot: Snapshot) -> None:
+    """InputError (exit 2, nothing done), at the profile, for a start whose staged weights
+    are a model its engine serves only as embeddings while the profile is not one
+    (cli/shards/staging.py `architecture_problem`)."""
+    problems: list[InputProblem] = []
+    for start in the_plan.starts:
+        for files in start.files:
+            store = snapshot.node(files.node).model_store
+            found = architecture_problem(start.profile, files.node, store.weights if store else ())
+            if found is not None:
+                problems.append(found)
+    if problems:
+        raise InputError(list(dict.fromkeys(problems)))
 
 
 def _sends_token(start: Start) -> bool:

@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from cli.catalog.load import parse_catalog
-from cli.engines.flags import DATA_DIR, ValueRule, accepted_options, check_options, option_values
+from cli.engines.flags import (
+    DATA_DIR,
+    ValueRule,
+    accepted_options,
+    check_options,
+    option_values,
+    pooling_only_architectures,
+)
 from cli.engines.specs import ENGINE_SPECS, Rank, engine_spec, engine_table
 from cli.errors import InputError
 from cli.shards.engines import command_line, environment
@@ -405,3 +412,12 @@ def test_the_engine_table_says_each_multi_node_engines_stop_order() -> None:
     for spec, row in zip(ENGINE_SPECS.values(), rows, strict=True):
         stop = row.split(" | ")[4]
         assert stop.startswith("rank 0 first, waited for") == spec.multi_node, spec.name
+
+
+def test_the_pooling_only_architectures_are_vllms_registrys() -> None:
+    # vllm/model_executor/models/registry.py (0.34.0): bge-m3's XLMRobertaModel is in
+    # _EMBEDDING_MODELS only; LlamaModel is too, but loads LlamaForCausalLM, a generator.
+    pooling = pooling_only_architectures("vllm", "0.34.0")
+    assert {"XLMRobertaModel", "BertModel", "Qwen2ForRewardModel"} <= pooling
+    assert not {"LlamaModel", "LlamaForCausalLM", "Qwen2ForCausalLM"} & pooling
+    assert pooling_only_architectures("sglang", "0.5.23") == frozenset()
