@@ -305,23 +305,11 @@ def _is_boolean_call(
     for keyword in call.keywords:
         if keyword.arg == "action" and ast.unparse(keyword.value).endswith("BooleanOptionalAction"):
             return True
-        if keyword.arg is None:  # **kwargs, or **{**kwargs, "default": None}
-            value = keyword.value
-            if isinstance(value, ast.Dict):
-                value = next(
-                    (v for k, v in zip(value.keys, value.values, strict=True) if k is None), value
-                )
-            field: str | None = None
-            if isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Constant):
-                field = str(value.slice.value)
-                value = value.value
-            if isinstance(value, ast.Name) and value.id in sources:
-                cls, chosen = sources[value.id]
-                field = chosen or field
-                if field is not None:
-                    annotation = _all_fields(classes, cls).get(field)
-                    return _is_boolean_optional(annotation)
-    return False
+    spread = _kwargs_field(call, sources)  # **kwargs, or **{**kwargs, "default": None}
+    if spread is None:
+        return False
+    cls, field = spread
+    return _is_boolean_optional(_all_fields(classes, cls).get(field))
 
 
 VLLM_FILES = (
