@@ -167,10 +167,10 @@ def _is_option(token: str) -> bool:
 def normalized(spec: EngineSpec, token: str) -> str:
     """The option a token names, as the parser looks it up."""
     name = option_name(spec, token)
-    if spec.underscores_are_dashes and name.startswith("--"):
+    if spec.dotted_options and name.startswith("--"):
         # vLLM's JSON arguments: --compilation-config.level 3, --x.list+ v
         name = name.split(".", 1)[0].rstrip("+")
-    if spec.underscores_are_dashes and name.startswith("-O"):
+    if spec.dotted_options and name.startswith("-O"):
         name = "--optimization-level"  # vLLM reads -O3, -O=3 and -O 3 as that
     return name
 
@@ -200,7 +200,7 @@ def whole_options(
         found = resolved(spec, name, options) if _is_option(token) else []
         if len(found) == 1 and found[0] != name:
             written = token.partition("=")[0]
-            if spec.underscores_are_dashes:  # --compilation.mode 3: the name ends at the dot
+            if spec.dotted_options:  # --compilation.mode 3: the name ends at the dot
                 written = written.split(".", 1)[0].rstrip("+")
             out.append(found[0] + token[len(written) :])
         else:

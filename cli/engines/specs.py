@@ -126,6 +126,9 @@ class EngineSpec:
     multi_node_start: str  # what multi-node adds, for the docs
     # How its parser reads option names: vLLM takes --foo_bar for --foo-bar.
     underscores_are_dashes: bool = False
+    # vLLM's FlexibleArgumentParser: `--json-arg.key value`, `--list-arg+ value` and
+    # `-O3` (vllm/utils/argparse_utils.py parse_args).
+    dotted_options: bool = False
     # Its parser is Python's argparse: `--option=value`, and a value after its option
     # unless it looks like an option itself. Not: every token is looked up whole and
     # the one after an option that takes a value is its value (llama.cpp's).
@@ -265,6 +268,7 @@ VLLM = EngineSpec(
     multi_node_start="`--nnodes N --node-rank R --master-addr RANK0 --master-port P+10000`, "
     "`--headless` on ranks > 0; `VLLM_HOST_IP`",
     underscores_are_dashes=True,
+    dotted_options=True,
     # vllm/entrypoints/cli/serve.py: `subparsers.add_parser("serve", ...)` makes a
     # FlexibleArgumentParser (vllm/utils/argparse_utils.py) without allow_abbrev=False.
     argparse=True,
@@ -397,6 +401,8 @@ LLAMA_CPP = EngineSpec(
     # One file by URL; its hf:// repositories hold a file per quantisation: -hf picks one.
     stages=("https://", "http://"),
     offline_environment={},  # `-m PATH` reads the file and nothing else
+    # common/arg.cpp common_params_parse_ex: "_" becomes "-" in a token starting "--".
+    underscores_are_dashes=True,
     # common/arg.cpp: --hf-token's set_env("HF_TOKEN"), sent as a bearer token by every
     # download (-hf and --model-url alike, common/download.cpp); common.cpp
     # common_get_model_endpoint: MODEL_ENDPOINT, else HF_ENDPOINT, else the hub.

@@ -347,12 +347,18 @@ def check_against_parser(
             out.append(token)
             continue
         after_unknown = False
+        if personality == "llama-server":
+            # common/arg.cpp common_params_parse_ex: "_" is "-" in a "--" token, which is
+            # then looked up whole (no abbreviations, no `=value`).
+            whole = "--" + token[2:].replace("_", "-") if token.startswith("--") else token
+            if whole not in accepted:
+                raise UsageError(f"error: invalid argument: {token}")
+            out.append(whole)
+            continue
         name, equals, value = token.partition("=")
         if _data_name(personality, token) in accepted:
             out.append(token)
             continue
-        if personality == "llama-server":
-            raise UsageError(f"error: invalid argument: {token}")
         matches = sorted(o for o in accepted if name.startswith("--") and o.startswith(name))
         if len(matches) == 1:
             out.append(matches[0] + equals + value)

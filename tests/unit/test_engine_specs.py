@@ -174,6 +174,7 @@ def test_an_abbreviated_hf_token_is_refused_as_the_whole_one_is() -> None:
         ("vllm", ["--runner", "pooling", "--convert", "embed", "--seed", "-1"]),
         ("sglang", ["--tp-size", "1", "--trust-remote-code", "--random-seed", "1"]),
         ("llama.cpp", ["-ngl", "10", "--jinja", "-cb", "--embedding", "value with spaces"]),
+        ("llama.cpp", ["--ctx_size", "4096", "--n_gpu_layers", "auto"]),  # "_" reads as "-"
     ],
 )
 def test_options_the_release_has_pass(engine: str, args: list[str]) -> None:

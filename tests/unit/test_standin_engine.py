@@ -318,7 +318,7 @@ def test_llama_server_says_503_loading_model_until_loaded_then_serves_its_alias(
         "--port", str(port),
         "--alias", "smol",
         "--threads", "4",
-        "--ctx-size", "8192",
+        "--ctx_size", "8192",  # common/arg.cpp reads "_" in a "--" name as "-"
         "--n-gpu-layers", "999",
     ]  # fmt: skip
     llama = engines.start("llama-server", args, port)
@@ -528,6 +528,7 @@ def test_sglang_refuses_a_bare_ipv6_rendezvous_address_as_it_starts(engines: Eng
         ("sglang", ["--model-path", "m", "--nnodes", "2"], 2),  # no --dist-init-addr
         ("llama-server", ["-m", "m.gguf", "--port", "x"], 1),  # llama-server's own code
         ("llama-server", ["--port", "8080"], 1),  # no model
+        ("llama-server", ["-m", "m.gguf", "--port=8080"], 1),  # names only whole, no `=`
     ],
 )
 def test_bad_command_lines_exit_with_the_code_of_the_real_parser(
