@@ -28,7 +28,12 @@ from cli.catalog.schema import (
     Profile,
     TokenRef,
 )
-from cli.engines.flags import accepted_options, check_options, versions_with_data
+from cli.engines.flags import (
+    accepted_options,
+    check_options,
+    versions_with_data,
+    whole_options,
+)
 from cli.engines.specs import Rank, engine_spec, version_tuple
 from cli.errors import InputError, InputProblem, KeyPath, near_miss
 from cli.names import control_character, file_name_problem, staged_file_name
@@ -78,6 +83,14 @@ class CatalogProfile:
     # The token its source is fetched with; None when it needs none, or has an hf:// or
     # https:// source no token applies to.
     token: CatalogToken | None = None
+    # Where the catalog says it, for what is found wrong with it later (a refusal at
+    # apply): file, line and key. Not part of what the profile is.
+    file: str = field(default="", compare=False)
+    line: int | None = field(default=None, compare=False)
+    path: KeyPath = field(default=(), compare=False)
+
+    def problem(self, key: str, message: str) -> InputProblem:
+        return InputProblem(self.file, self.line, (*self.path, key), message)
 
     @property
     def name(self) -> str:
@@ -148,6 +161,7 @@ def parse_catalog(text: str, file: str) -> Catalog:
     except ValidationError as error:
         found = problems_from_validation(error, CatalogFile, document)
         raise InputError(problems + _redacted(found, secrets, problems)) from None
+    parsed = _abbreviations_whole(parsed)
     checked: list[InputProblem] = []
     for name, model in parsed.models.items():
         checked += _check_model(document, name, model)
@@ -172,6 +186,9 @@ def parse_catalog(text: str, file: str) -> Catalog:
                     profile,
                     profile.source or model.source or "",
                     _token_of(document, name, model, index),
+                    document.file,
+                    document.line_of(("models", name, "profiles", index)),
+                    ("models", name, "profiles", index),
                 )
                 for index, profile in sorted(
                     enumerate(model.profiles), key=lambda item: -item[1].priority
@@ -366,6 +383,23 @@ def _autoscale_problems(
             )
         )
     return problems
+
+
+def _abbreviations_whole(parsed: CatalogFile) -> CatalogFile:
+    """Each profile's args with the abbreviations its engine's parser expands written
+    whole, before anything reads them by option name (`--hf-tok` is `--hf-token`)."""
+    models: dict[str, Model] = {}
+    for name, model in parsed.models.items():
+        profiles: list[Profile] = []
+        for profile in model.profiles:
+            spec = engine_spec(profile.engine)
+            options = accepted_options(spec.name, profile.engine_version or spec.pinned_version)
+            if options is not None and spec.abbreviations:
+                args = whole_options(spec, profile.args, options)
+                profile = profile.model_copy(update={"args": args})  # noqa: PLW2901
+            profiles.append(profile)
+        models[name] = model.model_copy(update={"profiles": tuple(profiles)})
+    return parsed.model_copy(update={"models": models})
 
 
 def _check_model(document: YamlDocument, name: str, model: Model) -> list[InputProblem]:

@@ -21,6 +21,10 @@ from typing import Protocol
 # Where ranks of a multi-node replica meet: rank 0's address at this offset from the port.
 RENDEZVOUS_OFFSET = 10000
 
+# The sources an engine downloads over HTTP itself, a token with them where it has one
+# (s3:// is read with the node's own cloud credentials, file:// is local).
+FETCHED_SOURCES = ("hf://", "https://", "http://")
+
 
 @dataclass(frozen=True)
 class Rank:
@@ -68,6 +72,11 @@ class ProfileSpec(Protocol):
     def args(self) -> tuple[str, ...]: ...
 
 
+def host_port(host: str, port: int) -> str:
+    """`host:port`, an IPv6 address bracketed: `[fd00::1]:18000`."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def model_argument(source: str) -> str:
     """What the engine loads: `hf://Org/Name` → `Org/Name`, `file:///p` → `/p`."""
     if source.startswith("hf://"):
@@ -109,16 +118,33 @@ class EngineSpec:
     # staging.py), and the environment that keeps it from fetching anything itself then.
     stages: tuple[str, ...]
     offline_environment: Mapping[str, str]
+    # Where it reads, when it fetches weights itself (a source not staged), the token it
+    # sends and the hub (or mirror) it fetches `hf://` sources from.
+    token_environment: tuple[str, ...]
+    endpoint_environment: tuple[str, ...]
     embedding_args: tuple[str, ...]  # what `embedding: true` adds
     litellm_provider: str
     health_path: str  # 200 once it serves
     ready_path: str  # lists the served model
     drains: bool  # SIGTERM lets requests in flight finish
     stop: str  # how SIGTERM stops it, for the docs
+    # How a multi-node replica being retired stops, and why, for the docs: rank 0 first
+    # and waited for, then the other ranks (cli/reconcile/apply.py, for every engine).
+    stop_order: str
     start: str  # the command line, for the docs
     multi_node_start: str  # what multi-node adds, for the docs
     # How its parser reads option names: vLLM takes --foo_bar for --foo-bar.
     underscores_are_dashes: bool = False
+    # vLLM's FlexibleArgumentParser: `--json-arg.key value`, `--list-arg+ value` and
+    # `-O3` (vllm/utils/argparse_utils.py parse_args).
+    dotted_options: bool = False
+    # Its parser is Python's argparse: `--option=value`, and a value after its option
+    # unless it looks like an option itself. Not: every token is looked up whole and
+    # the one after an option that takes a value is its value (llama.cpp's).
+    argparse: bool = False
+    # Its parser takes a unique prefix of a `--` option for the option (argparse's
+    # allow_abbrev, its default), and refuses a prefix that several options share.
+    abbreviations: bool = False
     # Options it no longer has, with what to write instead (from the engine's own hints).
     replacements: Mapping[str, str] = field(default_factory=dict)
     environment: Callable[[ProfileSpec, Rank], dict[str, str]] | None = None
@@ -159,10 +185,15 @@ class EngineSpec:
     def reads(self, source: str) -> bool:
         return source.startswith(self.sources)
 
+    def fetches(self, source: str) -> bool:
+        """It downloads `source` itself, from the hub or the URL, when not staged."""
+        return self.reads(source) and source.startswith(FETCHED_SOURCES)
+
 
 def option_name(spec: EngineSpec, token: str) -> str:
-    """How the engine's parser names an option token: `--max_model_len=5` → `--max-model-len`."""
-    name = token.partition("=")[0]
+    """How the engine's parser names an option token: `--max_model_len=5` → `--max-model-len`
+    (llama.cpp's looks `--seed=1` up whole, and has no such option)."""
+    name = token.partition("=")[0] if spec.argparse else token
     if spec.underscores_are_dashes and name.startswith("--"):
         name = "--" + name[2:].replace("_", "-")
     return name
@@ -231,6 +262,9 @@ VLLM = EngineSpec(
     stages=("hf://",),
     # huggingface_hub's constants.py: no request to the hub, files from disk only.
     offline_environment={"HF_HUB_OFFLINE": "1"},
+    # huggingface_hub's constants.py, which vLLM downloads with.
+    token_environment=("HF_TOKEN",),
+    endpoint_environment=("HF_ENDPOINT",),
     embedding_args=("--runner", "pooling"),
     litellm_provider="hosted_vllm",
     health_path="/health",
@@ -238,12 +272,20 @@ VLLM = EngineSpec(
     drains=True,
     stop="drains: `--shutdown-timeout drain_seconds`; `/health` says 200 meanwhile, new "
     "requests are aborted",
+    # vllm/entrypoints/cli/serve.py run_headless: SIGTERM raises SystemExit at once.
+    stop_order="rank 0 first, waited for, then the others: a `--headless` rank exits at once "
+    "on SIGTERM (entrypoints/cli/serve.py), which would take rank 0's workers away mid-drain",
     start="`vllm serve MODEL --host H --port P --served-model-name NAME "
     "--tensor-parallel-size TP --pipeline-parallel-size PP [--max-model-len N] "
     "--shutdown-timeout S [--runner pooling]`",
     multi_node_start="`--nnodes N --node-rank R --master-addr RANK0 --master-port P+10000`, "
     "`--headless` on ranks > 0; `VLLM_HOST_IP`",
     underscores_are_dashes=True,
+    dotted_options=True,
+    # vllm/entrypoints/cli/serve.py: `subparsers.add_parser("serve", ...)` makes a
+    # FlexibleArgumentParser (vllm/utils/argparse_utils.py) without allow_abbrev=False.
+    argparse=True,
+    abbreviations=True,
     replacements={
         # vllm/utils/argparse_utils.py FlexibleArgumentParser.error's hint.
         "--task": "use --runner pooling (set `embedding: true`), and --convert embed to "
@@ -287,7 +329,8 @@ def _sglang(profile: ProfileSpec, model: str, source: str, place: Rank) -> list[
         argv += [
             "--nnodes", str(place.nodes),
             "--node-rank", str(place.rank),
-            "--dist-init-addr", f"{place.master_address}:{place.rendezvous_port}",
+            # SGLang's NetworkAddress.parse (srt/utils/network.py) refuses a bare IPv6.
+            "--dist-init-addr", host_port(place.master_address, place.rendezvous_port),
         ]  # fmt: skip
     return argv
 
@@ -307,6 +350,8 @@ SGLANG = EngineSpec(
     sources=("hf://", "file://", "s3://"),
     stages=("hf://",),
     offline_environment={"HF_HUB_OFFLINE": "1"},
+    token_environment=("HF_TOKEN",),  # huggingface_hub's, as vLLM's
+    endpoint_environment=("HF_ENDPOINT",),
     embedding_args=("--is-embedding",),
     litellm_provider="openai",
     health_path="/health",
@@ -314,11 +359,16 @@ SGLANG = EngineSpec(
     drains=True,
     stop="drains without a bound, still taking new requests; `/health` says 503; ranks > 0 "
     "ignore SIGTERM until rank 0 tells them to stop",
+    stop_order="rank 0 first, waited for, then the others: they stop when rank 0 tells them, "
+    "so their own stop then finds them gone rather than waiting out its timeout",
     start="`python3 -m sglang.launch_server --model-path MODEL --host H --port P "
     "--served-model-name NAME --tp-size TP [--pp-size PP] [--context-length N] "
     "--enable-metrics [--is-embedding]`",
-    multi_node_start="`--nnodes N --node-rank R --dist-init-addr RANK0:P+10000`",
-    replacements={"--tp": "use --tp-size (or --tensor-parallel-size)"},
+    multi_node_start="`--nnodes N --node-rank R --dist-init-addr RANK0:P+10000` (an IPv6 "
+    "RANK0 bracketed: `[fd00::1]:18000`)",
+    # sglang/srt/server_args.py prepare_server_args: argparse.ArgumentParser(prog=...).
+    argparse=True,
+    abbreviations=True,
     # sglang/srt/arg_groups/serving_hook.py handle_ssl_validation (0.5.23): both files or
     # neither; --enable-ssl-refresh reloads them (sglang/srt/entrypoints/ssl_utils.py).
     # Not --ssl-ca-certs: with it, the server's warm-up request verifies its own
@@ -377,6 +427,13 @@ LLAMA_CPP = EngineSpec(
     # One file by URL; its hf:// repositories hold a file per quantisation: -hf picks one.
     stages=("https://", "http://"),
     offline_environment={},  # `-m PATH` reads the file and nothing else
+    # common/arg.cpp common_params_parse_ex: "_" becomes "-" in a token starting "--".
+    underscores_are_dashes=True,
+    # common/arg.cpp: --hf-token's set_env("HF_TOKEN"), sent as a bearer token by every
+    # download (-hf and --model-url alike, common/download.cpp); common.cpp
+    # common_get_model_endpoint: MODEL_ENDPOINT, else HF_ENDPOINT, else the hub.
+    token_environment=("HF_TOKEN",),
+    endpoint_environment=("MODEL_ENDPOINT",),
     embedding_args=("--embeddings",),
     embedding_aliases=(("--embedding",),),
     litellm_provider="openai",
@@ -385,6 +442,7 @@ LLAMA_CPP = EngineSpec(
     drains=False,
     stop="does not drain: SIGTERM stops it at once, dropping requests in flight; a second "
     "signal exits 1; `drain_seconds` does nothing",
+    stop_order="—",
     start="`llama-server -m PATH` (or `-hf ORG/NAME`, `--model-url URL`) `--host H --port P "
     "--alias NAME [--threads T] [--ctx-size N] --metrics [--embeddings]`",
     multi_node_start="—",
@@ -419,13 +477,14 @@ def tls_table() -> str:
 def engine_table() -> str:
     """docs/reconcile.md's engine table (cog): how each engine starts, stops and is checked."""
     lines = [
-        "| engine | command line | multi-node | SIGTERM | health, ready | checked against |",
-        "|---|---|---|---|---|---|",
+        "| engine | command line | multi-node | SIGTERM | multi-node stop | health, ready |"
+        " checked against |",
+        "|---|---|---|---|---|---|---|",
     ]
     for spec in ENGINE_SPECS.values():
         multi = spec.multi_node_start if spec.multi_node else "—"
         lines.append(
-            f"| {spec.label} | {spec.start} | {multi} | {spec.stop} | "
+            f"| {spec.label} | {spec.start} | {multi} | {spec.stop} | {spec.stop_order} | "
             f"`{spec.health_path}`, `{spec.ready_path}` | {spec.package} "
             f"{spec.pinned_version} (from {spec.min_version}: {spec.min_version_why}) |"
         )

@@ -9,9 +9,9 @@ from __future__ import annotations
 import hashlib
 import re
 from datetime import datetime
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from cli.inventory.schema import HostVars
 
@@ -161,6 +161,10 @@ class StoredWeights(Strict):
     source: str  # as the catalog writes it, e.g. hf://Qwen/Qwen2.5-Coder-14B-Instruct
     bytes: int = Field(ge=0)  # what the verified download holds on disk
     completed: datetime | None = None  # when the download was verified
+    # Its config.json's `architectures`, where it has one (a hub repository's model).
+    architectures: tuple[Annotated[str, StringConstraints(max_length=100)], ...] = Field(
+        default=(), max_length=16
+    )
 
 
 class ModelStore(Strict):

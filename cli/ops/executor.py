@@ -49,6 +49,7 @@ class AnsibleExecutor:
         self, shards: Sequence[ShardFiles], verify: Sequence[ShardFiles] = ()
     ) -> dict[tuple[str, str], ShardFailure]:
         by_host: dict[str, list[dict[str, Any]]] = {}
+        secrets: dict[str, str] = {}
         for files, start in [*((f, True) for f in shards), *((f, False) for f in verify)]:
             # What the checks see apart from the files, whose environment may hold secrets.
             check: dict[str, Any] = {
@@ -60,14 +61,43 @@ class AnsibleExecutor:
                 check |= {"ca": CA_PATH, "certificate": files.certificate}
             shard: dict[str, Any] = {"unit": files.unit, "start": start, "check": check}
             if start:
+                env = {"path": files.env_path, "content": files.env_text, "mode": 0o600}
                 shard["files"] = [
-                    {"path": files.env_path, "content": files.env_text, "mode": 0o600},
+                    *([env] if files.fetch is None else []),
                     {"path": files.unit_path, "content": files.unit_text, "mode": 0o644},
                     {"path": files.record_path, "content": files.record_text, "mode": 0o644},
                 ]
+                if files.fetch is not None:
+                    # The playbook writes this one, with the node's hub endpoint and the
+                    # token added (start_shards.yml); the token as staging passes it.
+                    token_env, token_var = self._token_source(files.fetch.token_key, secrets)
+                    shard["fetch"] = {
+                        **env,
+                        "endpoint_names": list(files.fetch.endpoint_names),
+                        "token_names": list(files.fetch.token_names),
+                        "token_env": token_env,
+                        "token_var": token_var,
+                    }
             by_host.setdefault(files.node, []).append(shard)
-        run = self._run("start_shards.yml", {"modelfleet_shards": by_host}, list(by_host))
+        run = self._run("start_shards.yml", {"modelfleet_shards": by_host}, list(by_host), secrets)
         return start_failures(run, {(f.node, f.unit) for f in [*shards, *verify]})
+
+    def _token_source(
+        self, key: str | None, secrets: dict[str, str]
+    ) -> tuple[str | None, str | None]:
+        """(the name of ansible-playbook's environment variable that carries the token of
+        the profile `key`, added to `secrets`; or the inventory variable that holds it).
+        A name that says nothing of the token; never its value in the variables file."""
+        if key in self.token_values:
+            value = self.token_values[key]
+            known = {v: k for k, v in secrets.items()}
+            if value not in known:
+                known[value] = f"MODELFLEET_TOKEN_{len(secrets)}"
+                secrets[known[value]] = value
+            return known[value], None
+        if key in self.token_variables:
+            return None, self.token_variables[key]
+        return None, None
 
     def stop(self, stops: Sequence[Stop]) -> dict[tuple[str, str], str]:
         by_host: dict[str, list[dict[str, Any]]] = {}
@@ -101,15 +131,8 @@ class AnsibleExecutor:
         # of it; the playbook hands it to the download task's environment, no_log. Never
         # in the variables file, an argument or a log.
         secrets: dict[str, str] = {}
-        names: dict[str, str] = {}
         for job in jobs:
-            token_env = token_var = None
-            if job.token_key in self.token_values:
-                value = self.token_values[job.token_key]
-                token_env = names.setdefault(value, f"MODELFLEET_STAGE_TOKEN_{len(names)}")
-                secrets[token_env] = value
-            elif job.token_key in self.token_variables:
-                token_var = self.token_variables[job.token_key]
+            token_env, token_var = self._token_source(job.token_key, secrets)
             by_host.setdefault(job.node, []).append(
                 {
                     "source": job.source,

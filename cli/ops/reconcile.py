@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from cli.catalog.load import Catalog
-from cli.cluster.snapshot import checked
+from cli.cluster.snapshot import Snapshot, checked
 from cli.edges.ansible import PlaybookRun
 from cli.edges.templating import render_template
 from cli.errors import InputError, InputProblem
@@ -47,10 +47,22 @@ from cli.reconcile.ledger import (
     save_scale_memory,
     scale_memory_path,
 )
-from cli.reconcile.planner import DRAINING, Plan, cordoned, plan, plan_manual, retired_unreplaced
+from cli.reconcile.planner import (
+    DRAINING,
+    Plan,
+    Start,
+    cordoned,
+    plan,
+    plan_manual,
+    retired_unreplaced,
+)
 from cli.reconcile.renewal import sort_out
 from cli.routes.deploy import PlaybookRouter, RouterDeployer, router_hosts
-from cli.shards.staging import evictable_directories, token_destination_problem
+from cli.shards.staging import (
+    architecture_problem,
+    evictable_directories,
+    token_destination_problem,
+)
 
 OnRun = Callable[[PlaybookRun], None]
 
@@ -215,6 +227,7 @@ def _run_manual(
         fleet.networks, fleet.stores,
     )  # fmt: skip
     _check_token_destinations(the_plan, fleet.inventory)
+    _check_architectures(the_plan, fleet.snapshot)
     hooks.show_plan(the_plan)
     if request.dry_run:
         return PassResult(the_plan, fleet)
@@ -264,33 +277,61 @@ def plan_pass(
         scale_memory=memory,
     )  # fmt: skip
     _check_token_destinations(the_plan, fleet.inventory)
+    _check_architectures(the_plan, snapshot)
     here = None if ca is None else (ca.name, fingerprint(ca.cert))
     where = str(ca_dir if ca_dir is not None else default_ca_dir())
     renew, said = sort_out(fleet.due, here, where)
     return replace(the_plan, renewals=renew, certificates_due=said)
 
 
+def _check_architectures(the_plan: Plan, snapshot: Snapshot) -> None:
+    """InputError (exit 2, nothing done), at the profile, for a start whose staged weights
+    are a model its engine serves only as embeddings while the profile is not one
+    (cli/shards/staging.py `architecture_problem`)."""
+    problems: list[InputProblem] = []
+    for start in the_plan.starts:
+        for files in start.files:
+            store = snapshot.node(files.node).model_store
+            found = architecture_problem(start.profile, files.node, store.weights if store else ())
+            if found is not None:
+                problems.append(found)
+    if problems:
+        raise InputError(list(dict.fromkeys(problems)))
+
+
+def _sends_token(start: Start) -> bool:
+    """Its staging, or its engine fetching the weights itself, sends the model's token."""
+    return any(j.token_key for j in start.stage) or any(
+        f.fetch is not None and f.fetch.token_key is not None for f in start.files
+    )
+
+
 def _check_token_destinations(the_plan: Plan, inventory: Inventory) -> None:
-    """InputError (exit 2, nothing done), at each token reference, for a start whose staging
-    would send its model's token to a host neither the hub endpoint nor allowed by the
-    inventory (cli/shards/staging.py `token_destination_problem`)."""
+    """InputError (exit 2, nothing done), at each token reference, for a start whose staging,
+    or whose engine fetching its own weights, would send its model's token to a host
+    neither the hub endpoint nor allowed by the inventory (cli/shards/staging.py
+    `token_destination_problem`)."""
     problems: list[InputProblem] = []
     for start in the_plan.starts:
         token = start.profile.token
         if token is None:
             continue
-        for job in start.stage:
-            if job.token_key is None:
-                continue
-            host = inventory.host(job.node).vars
+        sends = [(job.node, job.source, "staging") for job in start.stage if job.token_key]
+        sends += [
+            (files.node, files.fetch.source, "its engine fetching it")
+            for files in start.files
+            if files.fetch is not None and files.fetch.token_key is not None
+        ]
+        for node, source, how in sends:
+            host = inventory.host(node).vars
             why = token_destination_problem(
-                job.source, host.modelfleet_hf_endpoint, host.modelfleet_token_hosts
+                source, host.modelfleet_hf_endpoint, host.modelfleet_token_hosts
             )
             if why is not None:
                 problems.append(
                     InputProblem(
                         token.file, token.line, token.path,
-                        f"{token.model}'s token, staging on {job.node}: {why}",
+                        f"{token.model}'s token, {how} on {node}: {why}",
                     )
                 )  # fmt: skip
     if problems:
@@ -358,8 +399,7 @@ def apply_plan(
     # Every token the staging needs, read now: one that is missing is said (exit 2) before
     # anything on a node has changed.
     tokens = resolve_tokens(
-        [start.profile for start in the_plan.starts if any(j.token_key for j in start.stage)],
-        os.environ,
+        [start.profile for start in the_plan.starts if _sends_token(start)], os.environ
     )
     renewed = renew_planned(options, fleet, the_plan, inventory_path, ca, report)
     # A model waiting out its backoff is short of replicas.min: not done (exit 1).

@@ -29,9 +29,12 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Final
 
+from cli.catalog.load import CatalogProfile
 from cli.cluster import name_order
 from cli.cluster.snapshot import NodeView
+from cli.engines.flags import pooling_only_architectures
 from cli.engines.specs import engine_spec
+from cli.errors import InputProblem
 from cli.facts.model import DEFAULT_MODEL_STORE, StoredWeights, store_directory
 from cli.names import file_in, staged_file_name
 
@@ -64,6 +67,29 @@ def token_destination_problem(
         f"it would be sent to {host or 'no host'}, the host of the source {source}, which is"
         f" neither the hub endpoint's ({hub}) nor one the inventory lists in"
         " modelfleet_token_hosts: a token goes to no other host"
+    )
+
+
+def architecture_problem(
+    profile: CatalogProfile, node: str, stored: Iterable[StoredWeights]
+) -> InputProblem | None:
+    """Why `profile` must not start on `node`, whose store holds its weights (`stored`, the
+    node's facts): their config.json names only architectures its engine serves as
+    embedding models, while the profile is not one — the engine would serve no chat, and
+    ctl would route chat to it. None when it may, or nothing says."""
+    spec = engine_spec(profile.spec.engine)
+    if spec.serves_embeddings(profile.spec):
+        return None
+    version = profile.spec.engine_version or spec.pinned_version
+    pooling = pooling_only_architectures(spec.name, version)
+    held = next((w for w in stored if w.source == profile.source), None)
+    if held is None or not held.architectures or not set(held.architectures) <= pooling:
+        return None
+    return profile.problem(
+        "embedding",
+        f"{profile.model}'s weights on {node} are {', '.join(held.architectures)}, which"
+        f" {spec.label} {version} serves only as an embedding model (its model registry):"
+        " set `embedding: true`, or use a chat model",
     )
 
 

@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import PurePosixPath
 
 from cli.catalog.load import CatalogProfile
-from cli.engines.specs import engine_spec
+from cli.engines.specs import engine_spec, host_port
 from cli.names import file_in
 from cli.shards.engines import Rank, command_line, environment
 
@@ -65,8 +65,7 @@ def systemd_quote(argument: str) -> str:
 
 def base_url(address: str, port: int, tls: bool) -> str:
     """Where a rank 0 serves: `https://` when it serves TLS, an IPv6 address bracketed."""
-    host = f"[{address}]" if ":" in address else address
-    return f"{'https' if tls else 'http'}://{host}:{port}"
+    return f"{'https' if tls else 'http'}://{host_port(address, port)}"
 
 
 def environment_file(env: dict[str, str]) -> str:
@@ -76,6 +75,19 @@ def environment_file(env: dict[str, str]) -> str:
         quoted = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
         lines.append(f'{key}="{quoted}"')
     return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """A shard whose engine downloads its weights itself (not staged): the names its
+    environment file gives the token and the hub endpoint, which the node's playbook run
+    adds (playbooks/start_shards.yml): the token is never in a plan, a variables file or
+    an argument, and the endpoint is the node's inventory's."""
+
+    source: str
+    token_key: str | None  # the profile (model/profile) whose token it sends; None: none
+    token_names: tuple[str, ...]
+    endpoint_names: tuple[str, ...]  # for an hf:// source only
 
 
 @dataclass(frozen=True)
@@ -97,6 +109,20 @@ class ShardFiles:
     health_url: str | None  # rank 0 only: where it says it is ready
     tls: bool = False  # it serves TLS: checked against the CA certificate on its node
     certificate: str | None = None  # the serial of the certificate it serves with
+    fetch: Fetch | None = None  # its engine fetches the weights itself
+
+
+def _fetch(profile: CatalogProfile, staged: str | None) -> Fetch | None:
+    spec = engine_spec(profile.spec.engine)
+    if staged is not None or not spec.fetches(profile.source):
+        return None
+    hub = profile.source.startswith("hf://")
+    return Fetch(
+        source=profile.source,
+        token_key=profile.key if profile.token is not None else None,
+        token_names=spec.token_environment if profile.token is not None else (),
+        endpoint_names=spec.endpoint_environment if hub else (),
+    )
 
 
 def shard_files(
@@ -180,4 +206,5 @@ def shard_files(
         health_url=base_url(address, place.port, tls) if place.rank == 0 else None,
         tls=tls,
         certificate=certificate if tls else None,
+        fetch=_fetch(profile, staged),
     )

@@ -17,6 +17,7 @@ import os
 import pwd
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule  # type: ignore[import-untyped]
 
@@ -29,7 +30,11 @@ description:
     they differ. Missing parent directories are made (root, 0755).
 options:
   files:
-    description: The files, as path, content and mode (a number, or an octal string).
+    description: >-
+      The files, as path, content and mode (a number, or an octal string); an
+      environment file may get lines added, NAME="value", for each of environment_names
+      with environment_value and each of secret_names with secret_value (no_log), none
+      for an empty value.
     type: list
     elements: dict
     default: []
@@ -90,6 +95,21 @@ def _mode(module: AnsibleModule, path: Path, given: object) -> int:
         raise
 
 
+def _environment_lines(entry: dict[str, Any]) -> str:
+    """`NAME="value"` lines, quoted as cli/shards/units.py environment_file quotes them, for
+    each of environment_names (environment_value) and secret_names (secret_value); none
+    for an empty value."""
+    lines: list[str] = []
+    for names, value in (
+        (entry.get("environment_names") or [], str(entry.get("environment_value") or "")),
+        (entry.get("secret_names") or [], str(entry.get("secret_value") or "")),
+    ):
+        if value:
+            quoted = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+            lines += [f'{name}="{quoted}"\n' for name in names]
+    return "".join(lines)
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -102,6 +122,10 @@ def main() -> None:
                     "content": {"type": "str", "required": True, "no_log": True},
                     "mode": {"type": "raw", "required": True},
                     "keep_existing": {"type": "bool", "default": False},
+                    "environment_names": {"type": "list", "elements": "str", "default": []},
+                    "environment_value": {"type": "str", "default": ""},
+                    "secret_names": {"type": "list", "elements": "str", "default": []},
+                    "secret_value": {"type": "str", "default": "", "no_log": True},
                 },
             },
             "absent": {"type": "list", "elements": "path", "default": []},
@@ -122,7 +146,8 @@ def main() -> None:
     for entry in module.params["files"]:
         path = Path(entry["path"])
         mode = _mode(module, path, entry["mode"])
-        wanted.append((path, entry["content"].encode("utf-8"), mode, entry["keep_existing"]))
+        content = entry["content"] + _environment_lines(entry)
+        wanted.append((path, content.encode("utf-8"), mode, entry["keep_existing"]))
     for path, content, mode, keep_existing in wanted:
         if not path.parent.is_dir():
             changed = True

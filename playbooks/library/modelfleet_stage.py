@@ -265,15 +265,41 @@ def download(
 
 
 def write_marker(directory: Path, source: str, size: int) -> None:
-    """Last, and atomically: the probe reports a source only once this is there."""
-    record = {
+    """Last, and atomically: the probe reports a source only once this is there. With the
+    architectures of its config.json, where it has one, which ctl checks against what
+    the engine serves them as (cli/catalog/architectures.py)."""
+    record: dict[str, object] = {
         "source": source,
         "bytes": size,
         "completed": datetime.now(UTC).isoformat(timespec="seconds"),
     }
+    architectures = config_architectures(directory)
+    if architectures:
+        record["architectures"] = architectures
     temporary = directory / (MARKER + ".tmp")
     temporary.write_text(json.dumps(record) + "\n", encoding="utf-8")
     temporary.replace(directory / MARKER)
+
+
+MAX_ARCHITECTURES = 16  # cli/facts/model.py StoredWeights reads no more
+MAX_ARCHITECTURE_CHARS = 100
+MAX_CONFIG_BYTES = 4 << 20
+
+
+def config_architectures(directory: Path) -> list[str]:
+    """config.json's `architectures`; none when it is missing, too big or not that shape."""
+    config = directory / "config.json"
+    try:
+        if not config.is_file() or config.stat().st_size > MAX_CONFIG_BYTES:
+            return []
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    found = data.get("architectures") if isinstance(data, dict) else None
+    if not isinstance(found, list):
+        return []
+    names = [a for a in found if isinstance(a, str) and 0 < len(a) <= MAX_ARCHITECTURE_CHARS]
+    return names[:MAX_ARCHITECTURES]
 
 
 def stored(directory: Path, source: str) -> int | None:

@@ -357,12 +357,18 @@ def check_against_parser(
             out.append(token)
             continue
         after_unknown = False
+        if personality == "llama-server":
+            # common/arg.cpp common_params_parse_ex: "_" is "-" in a "--" token, which is
+            # then looked up whole (no abbreviations, no `=value`).
+            whole = "--" + token[2:].replace("_", "-") if token.startswith("--") else token
+            if whole not in accepted:
+                raise UsageError(f"error: invalid argument: {token}")
+            out.append(whole)
+            continue
         name, equals, value = token.partition("=")
         if _data_name(personality, token) in accepted:
             out.append(token)
             continue
-        if personality == "llama-server":
-            raise UsageError(f"error: invalid argument: {token}")
         matches = sorted(o for o in accepted if name.startswith("--") and o.startswith(name))
         if len(matches) == 1:
             out.append(matches[0] + equals + value)
@@ -494,15 +500,32 @@ def _str_list(values: Mapping[str, object], key: str) -> list[str]:
 
 
 def split_host_port(address: str) -> tuple[str, int]:
-    """`host:port` or `[v6]:port`, as SGLang's --dist-init-addr takes it."""
+    """`host:port` or `[v6]:port`, as SGLang's --dist-init-addr takes it.
+
+    A bare IPv6 address is refused, as NetworkAddress.parse (sglang/srt/utils/network.py,
+    0.5.23) refuses it: `fd00::1:18000` could be fd00::1 port 18000 or fd00::1:18000."""
     if address.startswith("["):
         host, _, rest = address[1:].partition("]")
         port_text = rest.removeprefix(":")
     else:
         host, _, port_text = address.rpartition(":")
+        if ":" in host and _is_ipv6(host):
+            # A ValueError at start (srt/distributed/bootstrap.py), not argparse's exit 2.
+            raise StartError(
+                f"Bare IPv6 address without brackets is ambiguous: {address!r}. "
+                f"Use [{host}]:{port_text} instead."
+            )
     if not host or not port_text.isdigit():
         raise UsageError(f"error: invalid address {address!r}: expected host:port")
     return host, int(port_text)
+
+
+def _is_ipv6(host: str) -> bool:
+    try:
+        socket.inet_pton(socket.AF_INET6, host)
+    except OSError:
+        return False
+    return True
 
 
 @dataclass

@@ -50,6 +50,7 @@ class FakeFleet:
     fail_stop: set[str] = field(default_factory=set)  # replicas whose units will not stop
     interrupt_on_rank0: bool = False
     calls: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    stop_calls: list[tuple[str, ...]] = field(default_factory=list)  # per stop: replica/rank
     verified: list[tuple[str, ...]] = field(default_factory=list)  # per start: shards checked
     routed: set[str] = field(default_factory=set)  # replicas the router sends requests to
     route_error: str | None = None  # set: every router update fails with this
@@ -142,6 +143,9 @@ class FakeFleet:
 
     def stop(self, stops: Sequence[Stop]) -> dict[tuple[str, str], str]:
         self.calls.append(("stop", tuple(s.replica for s in stops)))
+        self.stop_calls.append(
+            tuple(f"{s.replica}/{x.record.rank}" for s in stops for x in s.shards)
+        )
         self.stopped_while_routed += [s.replica for s in stops if s.replica in self.routed]
         failures = {}
         for stop in stops:

@@ -69,7 +69,8 @@ models:
   embed:
     source: hf://BAAI/bge-m3
     profiles:
-      - {name: l40s, priority: 50, engine: vllm, gpu_class: L40S, gpus_per_node: 1}
+      - {name: l40s, priority: 50, engine: vllm, gpu_class: L40S, gpus_per_node: 1,
+         embedding: true}
 """
 
 

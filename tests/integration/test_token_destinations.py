@@ -112,3 +112,22 @@ def test_the_docs_refusal_is_what_ctl_prints(tmp_path: Path) -> None:
     code, out, err = reconcile(tmp_path, path, inventory)
     assert code == 2, out + err
     assert f"error: {shown.replace('catalog.yaml', str(path), 1)}" in err.splitlines()
+
+
+def test_an_engine_fetching_its_own_weights_gets_the_token_only_where_staging_would(
+    tmp_path: Path, attacker: Hub
+) -> None:
+    # Staging off: llama-server sends HF_TOKEN with --model-url's download too
+    # (common/download.cpp's bearer token), so the same rule holds for it.
+    inventory = tmp_path / "inventory"
+    shutil.copytree(EXAMPLES / "inventory", inventory)
+    with (inventory / "group_vars" / "all.yml").open("a") as variables:
+        variables.write("modelfleet_stage_weights: false\n")
+    source = f"https://localhost:{attacker.port}/files/bait.gguf"
+    code, out, err = reconcile(tmp_path, catalog(tmp_path, source), inventory)
+    assert code == 2, out + err
+    assert "models.bait.token: bait's token, its engine fetching it on cpu-small: it would" in err
+    assert MIRROR_TOKEN not in out + err and sum(attacker.requests.values()) == 0
+    hub = catalog(tmp_path, "hf://org/bait-GGUF")  # to the hub endpoint: allowed
+    code, out, err = reconcile(tmp_path, hub, inventory)
+    assert code == 0, out + err

@@ -47,7 +47,7 @@ READABLE = {
 ARGS = {
     "vllm": ("--enforce-eager", "--seed=1", "a b", "$HOME"),
     "sglang": ("--trust-remote-code", "--random-seed=1", "a b", "$HOME"),
-    "llama.cpp": ("--jinja", "--seed=1", "a b", "$HOME"),
+    "llama.cpp": ("--jinja", "--metrics", "a b", "$HOME"),  # no --seed=1: it takes no `=`
 }
 
 

@@ -101,6 +101,22 @@ def test_broken_replicas_stop_before_anything_starts_and_drains_come_last() -> N
     assert fake.calls[-1] == ("stop", ("gone-1",))
 
 
+def test_a_retired_multi_node_replica_stops_rank_0_first_then_its_workers() -> None:
+    # vLLM's --headless ranks exit at once on SIGTERM (entrypoints/cli/serve.py
+    # run_headless): stopped with rank 0, they would take its workers away mid-drain.
+    fleet = snapshot(
+        hgx("hgx-1", fabrics=FABRIC, shards=[shard("old-1", "old", range(8), 0, nodes=2)]),
+        hgx("hgx-2", fabrics=FABRIC, shards=[shard("old-1", "old", range(8), 1, nodes=2)]),
+        *(hgx(f"hgx-{i}", fabrics=FABRIC) for i in range(3, 5)),
+    )  # fmt: skip
+    fake = FakeFleet()
+    the_plan = plan(MODELS, fleet, {}, ADDRESSES, random.Random(1))
+    outcome = apply(the_plan, fake, NOW, random.Random(1))
+    assert outcome.phases[-2:] == ["drain retired replicas", "stop retired replicas' workers"]
+    assert fake.stop_calls == [("old-1/0",), ("old-1/1",)]
+    assert "old-1" in outcome.stopped
+
+
 def broken_and_retired() -> tuple[FakeFleet, Plan]:
     """small-1 failed (stopped first), gone-1 wanted by nobody (drained last); both routed."""
     fleet = snapshot(

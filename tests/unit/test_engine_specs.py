@@ -11,8 +11,15 @@ from pathlib import Path
 import pytest
 
 from cli.catalog.load import parse_catalog
-from cli.engines.flags import DATA_DIR, accepted_options, check_options
-from cli.engines.specs import ENGINE_SPECS, Rank, engine_spec
+from cli.engines.flags import (
+    DATA_DIR,
+    ValueRule,
+    accepted_options,
+    check_options,
+    option_values,
+    pooling_only_architectures,
+)
+from cli.engines.specs import ENGINE_SPECS, Rank, engine_spec, engine_table
 from cli.errors import InputError
 from cli.shards.engines import command_line, environment
 from cli.shards.units import shard_files
@@ -55,11 +62,17 @@ def test_ctl_catalog_check_exits_2_on_task_embed(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("engine", "args", "message"),
     [
-        ("sglang", ["--tp", "2"], "SGLang 0.5.23 has no --tp: use --tp-size"),
         ("sglang", ["--enforce-eager"], "SGLang 0.5.23 has no --enforce-eager"),
-        ("sglang", ["--context-len", "9"], "write the option whole (--context-length)"),
+        ("llama.cpp", ["--ctx-si", "9"], "write the option whole (--ctx-size)"),
         ("vllm", ["--max-model-lenn", "9"], "(did you mean --max-model-len?)"),
         ("llama.cpp", ["--no-mmap"], "llama.cpp 0.3.36 has no --no-mmap"),
+        # An abbreviation several options share, refused as argparse's "ambiguous option".
+        (
+            "sglang",
+            ["--pp", "2"],
+            "SGLang 0.5.23 reads --pp as any of --pp-async-batch-depth, --pp-max-micro-batch-size",
+        ),
+        ("vllm", ["--enable-p"], "reads --enable-p as any of --enable-per-request-metrics,"),
     ],
 )
 def test_an_option_the_release_lacks_is_refused_with_a_hint(
@@ -72,6 +85,88 @@ def test_an_option_the_release_lacks_is_refused_with_a_hint(
 
 
 @pytest.mark.parametrize(
+    ("engine", "args", "whole"),
+    [
+        # argparse's allow_abbrev (SGLang's prepare_server_args, vLLM's serve subparser):
+        # a unique prefix is that option, and ctl writes it whole.
+        ("sglang", ["--tp", "2"], ["--tp-size", "2"]),
+        ("sglang", ["--context-len=9"], ["--context-length=9"]),
+        ("vllm", ["--max_model_l", "9"], ["--max-model-len", "9"]),
+        ("vllm", ["--compilation-conf.mode", "3"], ["--compilation-config.mode", "3"]),
+    ],
+)
+def test_an_abbreviation_the_parser_expands_is_taken_and_written_whole(
+    engine: str, args: list[str], whole: list[str]
+) -> None:
+    text = one_profile(engine=engine, gpu_class="H100", gpus_per_node=1, args=args)
+    assert parse_catalog(text, "catalog.yaml").models["m"].profiles[0].spec.args == tuple(whole)
+
+
+@pytest.mark.parametrize(
+    ("engine", "args", "index", "message"),
+    [
+        # vllm/config/model.py RunnerOption: Literal["auto", RunnerType], argparse choices.
+        (
+            "vllm",
+            ["--runner", "embed"],
+            1,
+            "vLLM 0.34's --runner takes one of auto, draft, generate, pooling, not 'embed'",
+        ),
+        ("vllm", ["--runner=embed"], 0, "takes one of auto, draft, generate, pooling"),
+        ("vllm", ["--max-num-seqs", "many"], 1, "--max-num-seqs takes an integer, not 'many'"),
+        ("vllm", ["--gpu-memory-utilization", "most"], 1, "takes a number, not 'most'"),
+        ("vllm", ["--seed"], 0, "--seed needs a value"),
+        ("vllm", ["--seed", "--enforce-eager"], 0, "--seed needs a value"),
+        ("sglang", ["--random-seed", "x1"], 1, "--random-seed takes an integer, not 'x1'"),
+        # common/arg.cpp: -ngl reads "auto", "all", else std::stoi, which throws on "abc".
+        (
+            "llama.cpp",
+            ["--n-gpu-layers", "abc"],
+            1,
+            "llama.cpp 0.3.36's --n-gpu-layers takes an integer, not 'abc'",
+        ),
+        ("llama.cpp", ["--ctx-size", "99999999999"], 1, "takes an integer"),  # out_of_range
+        ("llama.cpp", ["--temp", "warm"], 1, "--temp takes a number, not 'warm'"),
+        ("llama.cpp", ["--seed=1"], 0, "llama.cpp 0.3.36 has no --seed=1"),
+    ],
+)
+def test_a_value_the_parser_refuses_is_refused_at_its_file_line_and_key(
+    engine: str, args: list[str], index: int, message: str
+) -> None:
+    gpus = {"gpu_class": "H100", "gpus_per_node": 1}
+    [problem] = problems_of(one_profile(engine=engine, args=args, **gpus))
+    assert problem.startswith(f"catalog.yaml:5: models.m.profiles[0].args[{index}]: ")
+    assert message in problem
+
+
+@pytest.mark.parametrize(
+    ("engine", "args"),
+    [
+        ("vllm", ["--runner", "pooling", "--seed", "-1", "--max-num-seqs=8"]),
+        ("vllm", ["--max-model-len", "32k", "--gpu-memory-utilization", "None"]),  # 1K, 2M: any
+        ("vllm", ["--max_num_seqs", " 12 "]),  # Python's int() takes the blanks
+        ("sglang", ["--tp", "2", "--mem-fraction-static", "0.8"]),
+        ("llama.cpp", ["-ngl", "auto", "--n-gpu-layers", "all", "-c", "4096"]),
+        ("llama.cpp", ["--ctx-size", "4096k", "--temp", "0.7", "--seed", "-1"]),  # std::stoi
+    ],
+)
+def test_values_the_parser_takes_pass(engine: str, args: list[str]) -> None:
+    text = one_profile(engine=engine, gpu_class="H100", gpus_per_node=1, args=args)
+    assert parse_catalog(text, "catalog.yaml").models["m"].profiles[0].spec.args
+
+
+def test_llama_cpp_takes_no_abbreviation() -> None:
+    # common/arg.cpp common_params_parse_ex: names are looked up whole in a map.
+    [problem] = problems_of(one_profile(engine="llama.cpp", args=["--ctx-siz", "9"]))
+    assert "llama.cpp 0.3.36 has no --ctx-siz: write the option whole (--ctx-size)" in problem
+
+
+def test_an_abbreviated_hf_token_is_refused_as_the_whole_one_is() -> None:
+    text = one_profile(engine="vllm", gpu_class="H100", gpus_per_node=1, args=["--hf-tok", "x"])
+    assert any("--hf-token puts a token on the command line" in p for p in problems_of(text))
+
+
+@pytest.mark.parametrize(
     ("engine", "args"),
     [
         ("vllm", ["--max_model_len=4096", "--enable-prefix-caching", "-O3"]),
@@ -79,6 +174,7 @@ def test_an_option_the_release_lacks_is_refused_with_a_hint(
         ("vllm", ["--runner", "pooling", "--convert", "embed", "--seed", "-1"]),
         ("sglang", ["--tp-size", "1", "--trust-remote-code", "--random-seed", "1"]),
         ("llama.cpp", ["-ngl", "10", "--jinja", "-cb", "--embedding", "value with spaces"]),
+        ("llama.cpp", ["--ctx_size", "4096", "--n_gpu_layers", "auto"]),  # "_" reads as "-"
     ],
 )
 def test_options_the_release_has_pass(engine: str, args: list[str]) -> None:
@@ -141,6 +237,19 @@ def test_every_example_command_line_holds_only_options_its_engine_has(path: Path
         assert options is not None
         program = len(spec.command)
         assert check_options(spec, spec.pinned_version, argv[program:], options) == [], key
+
+
+EMBEDDING_MODELS = ("hf://BAAI/bge-m3",)  # real vLLM resolves `--runner auto` to pooling
+
+
+@pytest.mark.parametrize("path", example_catalogs(), ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_example_embedding_model_is_declared_one(path: Path) -> None:
+    # XLMRobertaModel, bge-m3's architecture, is in vLLM 0.34's _EMBEDDING_MODELS only
+    # (vllm/model_executor/models/registry.py): it serves no chat routes.
+    for model in parse_catalog(path.read_text(), str(path)).models.values():
+        for profile in model.profiles:
+            if profile.source in EMBEDDING_MODELS:
+                assert profile.spec.embedding, profile.key
 
 
 def test_the_example_bge_m3_is_an_embedding_server_in_each_engines_own_mode() -> None:
@@ -211,6 +320,17 @@ def test_each_spec_has_option_data_for_its_pinned_release_made_by_the_script() -
         assert data["options"] == sorted(set(data["options"]))
         assert "--host" in data["options"]
         assert "--port" in data["options"]
+        assert set(data["values"]) <= set(data["options"])
+        assert data["values"]["--port"]["type"] in ("int", "c-int")
+
+
+def test_the_value_data_holds_what_the_parsers_say() -> None:
+    # vllm/config/model.py RunnerOption; common/arg.cpp -ngl; sglang's tp_size: int.
+    assert option_values("vllm", "0.34.0")["--runner"].choices == (
+        "auto", "draft", "generate", "pooling",
+    )  # fmt: skip
+    assert option_values("llama.cpp", "0.3.36")["-ngl"] == ValueRule("c-int", words=("all", "auto"))
+    assert option_values("sglang", "0.5.23")["--tp-size"] == ValueRule("int")
 
 
 def test_the_data_holds_what_the_issues_findings_say_of_each_release() -> None:
@@ -271,3 +391,21 @@ def test_the_inventory_names_the_fabric_network_per_host() -> None:
     assert rank_networks(Inventory(source="i", hosts=hosts)) == {"a": ("ib0", "10.8.0.1")}
     with pytest.raises(ValueError, match="fabric_interface"):
         HostVars.model_validate({"fabric_interface": "no spaces allowed"})
+
+
+def test_the_engine_table_says_each_multi_node_engines_stop_order() -> None:
+    # docs/reconcile.md (cog): cli/reconcile/apply.py drains rank 0 first for every engine.
+    header, _, *rows = engine_table().splitlines()
+    assert "| multi-node stop |" in header
+    for spec, row in zip(ENGINE_SPECS.values(), rows, strict=True):
+        stop = row.split(" | ")[4]
+        assert stop.startswith("rank 0 first, waited for") == spec.multi_node, spec.name
+
+
+def test_the_pooling_only_architectures_are_vllms_registrys() -> None:
+    # vllm/model_executor/models/registry.py (0.34.0): bge-m3's XLMRobertaModel is in
+    # _EMBEDDING_MODELS only; LlamaModel is too, but loads LlamaForCausalLM, a generator.
+    pooling = pooling_only_architectures("vllm", "0.34.0")
+    assert {"XLMRobertaModel", "BertModel", "Qwen2ForRewardModel"} <= pooling
+    assert not {"LlamaModel", "LlamaForCausalLM", "Qwen2ForCausalLM"} & pooling
+    assert pooling_only_architectures("sglang", "0.5.23") == frozenset()

@@ -258,7 +258,12 @@ def test_the_json_document_names_its_format_time_and_every_field_of_a_node() -> 
                     "total_bytes": 2_000_000_000_000,
                     "free_bytes": 500_000_000_000,
                     "weights": [
-                        {"source": "hf://org/llama", "bytes": 141_000_000_000, "completed": None}
+                        {
+                            "source": "hf://org/llama",
+                            "bytes": 141_000_000_000,
+                            "completed": None,
+                            "architectures": [],
+                        }
                     ],
                 },
                 "shards": [

@@ -60,6 +60,13 @@ def test_an_sglang_rank_meets_the_others_at_dist_init_addr() -> None:
     assert argv[argv.index("--node-rank") + 1] == "1"
 
 
+def test_an_sglang_rank_0_on_ipv6_is_bracketed_in_dist_init_addr() -> None:
+    # SGLang's NetworkAddress.parse (srt/utils/network.py, 0.5.23) refuses fd00::1:18000.
+    place = Rank(rank=1, nodes=2, port=8000, master_address="fd00::1")
+    argv = command_line(profile("llama-70b", "sg"), place)
+    assert argv[argv.index("--dist-init-addr") + 1] == "[fd00::1]:18000"
+
+
 def test_llama_server_gets_threads_context_host_and_port() -> None:
     place = Rank(rank=0, nodes=1, port=8002, master_address="cpu-1")
     argv = command_line(profile("coder", "cpu"), place)
@@ -128,3 +135,56 @@ def test_a_shard_listens_where_its_node_says() -> None:
     default = Rank(rank=0, nodes=1, port=8002, master_address="10.0.0.9")
     argv = command_line(profile("coder", "cpu"), default)
     assert argv[argv.index("--host") + 1] == "0.0.0.0"
+
+
+FETCHING = catalog(
+    """\
+    models:
+      gated:
+        source: hf://meta-llama/Llama-3.1-8B-Instruct
+        token: {env: HF_TOKEN}
+        profiles:
+          - {name: gpu, priority: 2, engine: vllm, gpu_class: H100, gpus_per_node: 1}
+          - {name: cpu, priority: 1, engine: llama.cpp, source: hf://org/gguf}
+      open:
+        source: https://models.example.net/m.gguf
+        profiles:
+          - {name: cpu, priority: 1, engine: llama.cpp}
+    """
+)
+
+
+def fetching(model: str, name: str) -> CatalogProfile:
+    return next(p for p in FETCHING.models[model].profiles if p.name == name)
+
+
+def test_an_engine_fetching_its_own_weights_is_told_where_its_token_and_hub_go() -> None:
+    # huggingface_hub's HF_TOKEN/HF_ENDPOINT for vLLM; llama.cpp's --hf-token env HF_TOKEN
+    # and common_get_model_endpoint's MODEL_ENDPOINT (common/arg.cpp, common.cpp).
+    place = Rank(rank=0, nodes=1, port=8000, master_address="10.0.0.1", gpus=(0,))
+    vllm = shard_files("n", "10.0.0.1", "gated-1", fetching("gated", "gpu"), place, NOW)
+    llama = shard_files("n", "10.0.0.1", "gated-1", fetching("gated", "cpu"), place, NOW)
+    assert vllm.fetch is not None and llama.fetch is not None
+    assert (vllm.fetch.token_key, vllm.fetch.token_names) == ("gated/gpu", ("HF_TOKEN",))
+    assert vllm.fetch.endpoint_names == ("HF_ENDPOINT",)
+    assert (llama.fetch.token_names, llama.fetch.endpoint_names) == (
+        ("HF_TOKEN",), ("MODEL_ENDPOINT",),
+    )  # fmt: skip
+    assert "HF_HUB_OFFLINE" not in vllm.env_text and "HF_TOKEN" not in vllm.env_text
+
+
+def test_a_staged_source_or_a_file_is_not_fetched_and_a_url_gets_no_hub_endpoint() -> None:
+    place = Rank(rank=0, nodes=1, port=8000, master_address="10.0.0.1", gpus=(0,))
+    staged = shard_files(
+        "n", "10.0.0.1", "gated-1", fetching("gated", "gpu"), place, NOW, staged="/m/x"
+    )
+    assert staged.fetch is None and 'HF_HUB_OFFLINE="1"' in staged.env_text
+    assert (
+        shard_files("n", "10.0.0.1", "coder-1", profile("coder", "cpu"), place, NOW).fetch is None
+    )
+    url = shard_files("n", "10.0.0.1", "open-1", fetching("open", "cpu"), place, NOW).fetch
+    assert url is not None and (url.token_key, url.token_names, url.endpoint_names) == (
+        None,
+        (),
+        (),
+    )

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.facts.model import store_directory
+from cli.facts.model import StoredWeights, store_directory
 from tests.fakes.hub import LFS_THRESHOLD, Hub, run_hub
 from tests.playbook_modules import load_playbook_module
 
@@ -31,7 +31,9 @@ def hub(tmp_path: Path) -> Iterator[Hub]:
     root = tmp_path / "hub"
     small = root / "models" / "org" / "small"
     small.mkdir(parents=True)
-    (small / "config.json").write_text('{"model_type": "llama"}')
+    (small / "config.json").write_text(
+        '{"model_type": "xlm-roberta", "architectures": ["XLMRobertaModel"]}'
+    )
     (small / "model.safetensors").write_bytes(os.urandom(LFS_THRESHOLD + 12345))
     (small / "tokenizer").mkdir()
     (small / "tokenizer" / "vocab.txt").write_text("a\nb\n")
@@ -74,6 +76,21 @@ def test_a_hub_repo_is_downloaded_whole_then_marked_complete(hub: Hub, tmp_path:
     assert progress == {"bytes": repo_bytes(hub), "total": repo_bytes(hub), "state": "done",
                         "message": ""}  # fmt: skip
     assert not list(directory.rglob("*.incomplete"))
+
+
+def test_the_marker_says_the_architectures_of_the_weights_config_json(
+    hub: Hub, tmp_path: Path
+) -> None:
+    # ctl checks them against what vLLM serves only as embeddings (issue 31 item 4).
+    store = tmp_path / "store"
+    stage(hub, store)
+    marker = (store / store_directory(SOURCE) / ".modelfleet-complete").read_text()
+    assert json.loads(marker)["architectures"] == ["XLMRobertaModel"]
+    assert StoredWeights.model_validate_json(marker).architectures == ("XLMRobertaModel",)
+    url = f"{hub.endpoint}/files/tiny.gguf"
+    stage(hub, store, url)
+    directory = store / store_directory(url)
+    assert "architectures" not in json.loads((directory / ".modelfleet-complete").read_text())
 
 
 def test_a_source_stored_complete_is_not_sent_again(hub: Hub, tmp_path: Path) -> None:

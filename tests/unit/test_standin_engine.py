@@ -318,7 +318,7 @@ def test_llama_server_says_503_loading_model_until_loaded_then_serves_its_alias(
         "--port", str(port),
         "--alias", "smol",
         "--threads", "4",
-        "--ctx-size", "8192",
+        "--ctx_size", "8192",  # common/arg.cpp reads "_" in a "--" name as "-"
         "--n-gpu-layers", "999",
     ]  # fmt: skip
     llama = engines.start("llama-server", args, port)
@@ -506,6 +506,17 @@ def test_vllm_without_a_shutdown_timeout_aborts_requests_in_flight_on_sigterm(
     assert vllm.process.wait(timeout=5) == 0
 
 
+def test_sglang_refuses_a_bare_ipv6_rendezvous_address_as_it_starts(engines: Engines) -> None:
+    # NetworkAddress.parse (sglang/srt/utils/network.py, 0.5.23), from the distributed
+    # bootstrap: a ValueError once the arguments are parsed, so exit 1, not argparse's 2.
+    args = ["--model-path", "m", "--nnodes", "2", "--dist-init-addr", "fd00::1:18000"]
+    result = engines.run("sglang", args)
+
+    assert result.returncode == 1
+    assert "Use [fd00::1]:18000 instead" in result.stderr
+    assert '"event": "start"' not in result.stderr
+
+
 @pytest.mark.parametrize(
     ("engine", "args", "code"),
     [
@@ -517,6 +528,7 @@ def test_vllm_without_a_shutdown_timeout_aborts_requests_in_flight_on_sigterm(
         ("sglang", ["--model-path", "m", "--nnodes", "2"], 2),  # no --dist-init-addr
         ("llama-server", ["-m", "m.gguf", "--port", "x"], 1),  # llama-server's own code
         ("llama-server", ["--port", "8080"], 1),  # no model
+        ("llama-server", ["-m", "m.gguf", "--port=8080"], 1),  # names only whole, no `=`
     ],
 )
 def test_bad_command_lines_exit_with_the_code_of_the_real_parser(
