@@ -77,12 +77,14 @@ def routes(
             console.print_lines(route_notes(table))
         code = console.EXIT_OK if table.complete else console.EXIT_INCOMPLETE
         if apply:
-            code = max(code, _apply(context, fleet, inventory, table))
+            code = max(code, push_routes(context, fleet, inventory, table))
     raise SystemExit(code)
 
 
-def _apply(context: typer.Context, fleet: Fleet, inventory_path: Path, table: RouteTable) -> int:
-    """Push `table` to the routers; the exit code."""
+def push_routes(
+    context: typer.Context, fleet: Fleet, inventory_path: Path, table: RouteTable
+) -> int:
+    """Push `table` (and the teams' keys) to every router; the exit code."""
     from cli.commands.inputs import app_context
     from cli.ops.reconcile import router_deployer
     from cli.routes.deploy import failure_text

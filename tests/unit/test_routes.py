@@ -271,9 +271,15 @@ def test_the_litellm_config_has_a_deployment_per_ready_replica() -> None:
     # for 5 s; 600 s for a long generation; every deployment health-checked every 30 s.
     settings = {k: v for k, v in router.items() if k not in ("model_group_alias", "fallbacks")}
     assert settings == {"num_retries": 1, "allowed_fails": 0, "cooldown_time": 5, "timeout": 600}
-    assert config["litellm_settings"] == {"request_timeout": 600}
+    # The teams' keys: the router's hook answers, LiteLLM checks expiry and models.
+    assert config["litellm_settings"] == {
+        "request_timeout": 600,
+        "enable_post_custom_auth_checks": True,
+    }
     assert config["general_settings"] == {
         "master_key": "os.environ/LITELLM_MASTER_KEY",
+        "custom_auth": "modelfleet_router_keys.authenticate",
+        "custom_auth_run_common_checks": True,
         "background_health_checks": True,
         "health_check_interval": 30,
     }

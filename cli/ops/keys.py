@@ -1,0 +1,44 @@
+"""Where ctl keeps the teams' keys (hashed), and the key made: the edges of `ctl keys`.
+
+One file per inventory, `STATE/keys/INVENTORY-KEY.json`, 0600 in a 0700 directory: it
+holds no key, only their SHA-256, but who may call which model at what rate is the
+operator's business alone. The routers get it rendered at each route update
+(cli/routes/deploy.py).
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+from cli.edges.files import atomic_write, state_key
+from cli.names import file_in
+from cli.routes.keys import TeamKey, keys_document, parse_keys
+
+
+def keys_file(state: Path, inventory: Path) -> Path:
+    return file_in(state / "keys", state_key(inventory), ".json")
+
+
+def load_keys(path: Path) -> tuple[TeamKey, ...]:
+    """The keys kept in `path`; none when there is no file yet. InputError when it is
+    not a keys file (naming the file and the key that is wrong)."""
+    try:
+        text = path.read_text("utf-8")
+    except FileNotFoundError:
+        return ()
+    return parse_keys(text, str(path))
+
+
+def save_keys(path: Path, keys: tuple[TeamKey, ...]) -> None:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.parent.chmod(0o700)
+    atomic_write(path, keys_document(keys) + "\n", 0o600)
+
+
+def fresh_key_parts(taken: set[str]) -> tuple[str, str]:
+    """A key id not in `taken`, and a secret: 32 random bytes, URL-safe base64."""
+    while True:
+        key_id = secrets.token_hex(4)
+        if key_id not in taken:
+            return key_id, secrets.token_urlsafe(32)
