@@ -32,8 +32,7 @@ from cli.routes.table import (
 from tests.builders import NOW, NodeSpec, catalog, hgx, shard, snapshot
 from tests.unit.test_pure_core import FORBIDDEN, imported_roots
 
-MODELS = catalog(
-    """\
+MODELS_YAML = """\
     models:
       big:
         source: hf://org/big
@@ -73,7 +72,7 @@ MODELS = catalog(
         profiles:
           - {name: x1, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 1}
     """
-)
+MODELS = catalog(MODELS_YAML)
 ADDRESSES = {"hgx-1": "10.0.0.1", "hgx-2": "10.0.0.2", "hgx-3": "10.0.0.3", "cpu-1": "10.0.1.1"}
 
 
