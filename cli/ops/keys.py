@@ -12,7 +12,9 @@ import secrets
 from pathlib import Path
 
 from cli.edges.files import atomic_write, state_key
+from cli.errors import InputError
 from cli.names import file_in
+from cli.regularfile import read_regular_file
 from cli.routes.keys import TeamKey, keys_document, parse_keys
 
 
@@ -20,14 +22,25 @@ def keys_file(state: Path, inventory: Path) -> Path:
     return file_in(state / "keys", state_key(inventory), ".json")
 
 
+# Far above a real one: a few hundred bytes a key.
+MAX_KEYS_BYTES = 16 * 1024 * 1024
+
+
 def load_keys(path: Path) -> tuple[TeamKey, ...]:
-    """The keys kept in `path`; none when there is no file yet. InputError when it is
-    not a keys file (naming the file and the key that is wrong)."""
+    """The keys kept in `path`; none when there is no file yet. InputError when it cannot
+    be read (a FIFO or a symlink is not: nothing in the state directory is followed) or is
+    not a keys file, naming the file and the key that is wrong: never taken for no keys,
+    which would lose them at the next write."""
     try:
-        text = path.read_text("utf-8")
+        data = read_regular_file(path, MAX_KEYS_BYTES, follow_symlinks=False)
     except FileNotFoundError:
         return ()
-    return parse_keys(text, str(path))
+    except OSError as error:
+        why = error.strerror or type(error).__name__
+        raise InputError.single(str(path), None, (), f"cannot read: {why}") from None
+    if len(data) > MAX_KEYS_BYTES:
+        raise InputError.single(str(path), None, (), "too big for a keys file")
+    return parse_keys(data.decode("utf-8", errors="replace"), str(path))
 
 
 def save_keys(path: Path, keys: tuple[TeamKey, ...]) -> None:

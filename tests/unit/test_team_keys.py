@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
 from cli.errors import InputError
+from cli.ops.keys import keys_file, load_keys, save_keys
 from cli.routes.deploy import router_variables, served_line
 from cli.routes.keys import (
     KEY_PREFIX,
@@ -140,3 +143,24 @@ def test_a_keys_file_of_another_format_or_with_a_repeated_id_is_refused() -> Non
         parse_keys("{", "keys.json")
     with pytest.raises(InputError, match=r"keys\[1\].id: repeats another key's"):
         parse_keys(keys_document([key, key]), "keys.json")
+
+
+def test_a_keys_file_that_is_a_fifo_or_a_symlink_is_refused_not_taken_for_no_keys(
+    tmp_path: Path,
+) -> None:
+    path = keys_file(tmp_path, tmp_path / "inventory")
+    assert load_keys(path) == ()  # none made yet
+    _, key = make("0000000a", ("big",))
+    save_keys(path, (key,))
+    assert load_keys(path) == (key,)
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+    real = tmp_path / "elsewhere.json"
+    path.rename(real)
+    path.symlink_to(real)
+    with pytest.raises(InputError, match="cannot read: a symbolic link, not followed"):
+        load_keys(path)
+    path.unlink()
+    os.mkfifo(path)
+    with pytest.raises(InputError, match="cannot read: not a regular file but a FIFO"):
+        load_keys(path)
