@@ -240,7 +240,7 @@ def _push(
 ) -> int:
     """The routers updated now (--apply), or said when they will be; the exit code."""
     from cli.commands.inputs import read_catalog, read_fleet, require_tools
-    from cli.commands.routes import push_routes
+    from cli.commands.routers import push_routes
     from cli.routes.table import route_table
     from cli.ui import console
 
