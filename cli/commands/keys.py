@@ -176,7 +176,9 @@ def rotate(
     lifetime, and revoke the old ones: the new keys are printed once, one a line, on
     standard output.
 
-    Exit codes as `ctl keys create`; 2 as well when TEAM has no valid key.
+    Exit code 0 when replaced (and, with --apply, on every router), 1 when a router could
+    not be updated (it takes the old keys until its next update) or another ctl held the
+    fleet past --lock-timeout, 2 on bad input (TEAM has no valid key: nothing changed).
     """
     from cli.commands.locking import fleet_lock
     from cli.ops.keys import fresh_key_parts
