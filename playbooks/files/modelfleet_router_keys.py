@@ -34,6 +34,9 @@ from litellm.proxy._types import LitellmUserRoles, ProxyErrorTypes, ProxyExcepti
 KEYS_FILE = "/run/modelfleet-router/keys.json"
 KEY_PREFIX = "sk-mf-"
 FORMAT = "modelfleet.router-keys/v1"
+# What a key none of whose models may be asked for now is given: LiteLLM reads an empty
+# list as every model, and no catalog name has a space.
+NO_MODEL = "no model now"
 
 # The file as last read: its (mtime, size, inode), and its keys by id.
 _loaded: dict[tuple[int, int, int], dict[str, dict[str, Any]]] = {}
@@ -114,7 +117,7 @@ async def authenticate(request: Request, api_key: str) -> UserAPIKeyAuth:  # noq
             "disable_fallbacks": not record.get("fallbacks", True),
         },
         # None: every model; else the names the key may ask for (ctl resolved aliases).
-        models=[] if record.get("models") is None else list(record["models"]) or ["no-model"],
+        models=[] if record.get("models") is None else list(record["models"]) or [NO_MODEL],
         rpm_limit=_share(record.get("rpm")),
         tpm_limit=_share(record.get("tpm")),
         max_parallel_requests=_share(record.get("max_parallel")),

@@ -166,6 +166,11 @@ def test_litellm_holds_each_team_to_its_models_rate_and_lifetime(router: Router)
     # Models: tiny is search's; embed is not; chat is, but small answers for it now, which
     # search does not have: refused rather than served by small; nor a client fallback.
     assert router.ask(search, "tiny").status_code == 200
+    # A key none of whose models may be asked for now: refused on all (LiteLLM would read
+    # an empty list of models as every model).
+    lone = router.create("lone", "--models", "chat")
+    for model in ("chat", "tiny", "small"):
+        assert router.ask(lone, model).status_code in (401, 403), model
     for model, body in (("embed", {}), ("chat", {}), ("tiny", {"fallbacks": ["small"]})):
         refused = router.ask(search, model, **body)
         assert refused.status_code in (401, 403), (model, refused.text)
@@ -208,5 +213,5 @@ def test_litellm_holds_each_team_to_its_models_rate_and_lifetime(router: Router)
     for path in state_files:
         assert path.stat().st_mode & 0o077 == 0, path
     assert {k["team"]: k["state"] for k in json.loads(listed)["keys"]} == {
-        "search": "valid", "ops": "revoked", "brief": "expired",
+        "search": "valid", "ops": "revoked", "brief": "expired", "lone": "valid",
     }  # fmt: skip
