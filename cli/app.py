@@ -17,6 +17,7 @@ from cli.commands import (
     cordon,
     deprovision,
     facts,
+    keys,
     nodes,
     offboard,
     onboard,
@@ -143,6 +144,7 @@ app.command("uncordon")(cordon.uncordon)
 app.command("provision-node")(provision.provision_node)
 app.add_typer(catalog.app, name="catalog")
 app.add_typer(ca.app, name="ca")
+app.add_typer(keys.app, name="keys")
 app.command("onboard-node")(onboard.onboard_node)
 app.command("offboard-node")(offboard.offboard_node)
 app.command("deprovision-node")(deprovision.deprovision_node)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -17,10 +16,6 @@ from cli.commands.options import (
     InventoryOption,
     JsonOption,
 )
-
-if TYPE_CHECKING:
-    from cli.ops.fleet import Fleet
-    from cli.routes.table import RouteTable
 
 
 def routes(
@@ -50,6 +45,7 @@ def routes(
     """
     from cli.commands.inputs import read_catalog, read_fleet, require_tools
     from cli.commands.locking import fleet_lock
+    from cli.commands.routers import push_routes
     from cli.routes.litellm import render
     from cli.routes.table import route_table, routes_json
     from cli.ui import console
@@ -77,25 +73,5 @@ def routes(
             console.print_lines(route_notes(table))
         code = console.EXIT_OK if table.complete else console.EXIT_INCOMPLETE
         if apply:
-            code = max(code, _apply(context, fleet, inventory, table))
+            code = max(code, push_routes(context, fleet, inventory, table))
     raise SystemExit(code)
-
-
-def _apply(context: typer.Context, fleet: Fleet, inventory_path: Path, table: RouteTable) -> int:
-    """Push `table` to the routers; the exit code."""
-    from cli.commands.inputs import app_context
-    from cli.ops.reconcile import router_deployer
-    from cli.routes.deploy import failure_text
-    from cli.ui import console
-
-    deployer = router_deployer(
-        app_context(context), fleet, inventory_path, console.say_run, every=True
-    )
-    if deployer is None:
-        console.fail(f"no hosts in the inventory group routers of {inventory_path}")
-    failures = deployer.push(table)
-    if failures:
-        console.err.print(f"routers not updated: {console.rich_escape(failure_text(failures))}")
-        return console.EXIT_INCOMPLETE
-    console.err.print(f"routers updated: {', '.join(deployer.hosts)}")
-    return console.EXIT_OK

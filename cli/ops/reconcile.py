@@ -32,6 +32,7 @@ from cli.ops.context import AppContext
 from cli.ops.controller import STOP
 from cli.ops.executor import AnsibleExecutor
 from cli.ops.fleet import Fleet, node_targets
+from cli.ops.keys import keys_file, load_keys
 from cli.ops.renew import Renewed, renew_certificates
 from cli.ops.staging import ProgressLines, watch_staging
 from cli.ops.tokens import resolve_tokens
@@ -363,6 +364,7 @@ def router_deployer(
     return RouterDeployer(
         hosts, inventory_path, known_hosts, options.logs, on_run=on_run, crl=crl,
         served=served, unreached=None if every else fleet.unreached,
+        keys=load_keys(keys_file(options.state, inventory_path)),
     )  # fmt: skip
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from cli.cluster.snapshot import Snapshot
 from cli.edges.ansible import PlaybookRun, playbook_path, run_playbook
 from cli.inventory.schema import Inventory
 from cli.reconcile.planner import Start, Stop
+from cli.routes.keys import TeamKey, router_keys
 from cli.routes.litellm import (
     LITELLM_CONSTRAINTS,
     LITELLM_VERSION,
@@ -44,12 +46,19 @@ def litellm_constraints_file() -> Path:
 
 
 def router_variables(
-    table: RouteTable, settings: RouterSettings | None = None, crl: str | None = None
+    table: RouteTable,
+    settings: RouterSettings | None = None,
+    crl: str | None = None,
+    keys: Sequence[TeamKey] = (),
+    now: datetime | None = None,
 ) -> dict[str, Any]:
     """The playbook's variables; `crl`: the fleet CA's revocation list (PEM) where this ctl
     has one, which the routers then refuse revoked engine certificates by. Without it,
-    the routers keep the list they were last given."""
+    the routers keep the list they were last given. `keys`: the teams' keys, of which the
+    routers get those valid at `now` (hashed), with the names each may ask for under
+    `table`: every update of the routes updates them too."""
     variables: dict[str, Any] = {
+        "modelfleet_router_keys": router_keys(keys, table, now or table.at),
         "modelfleet_router_config": render(table, settings),
         "modelfleet_router_deployments": deployment_ids(table),
         "modelfleet_router_relays": relays(table),
@@ -78,11 +87,13 @@ class RouterDeployer:
         crl: str | None = None,
         served: Mapping[str, str | None] | None = None,
         unreached: Mapping[str, str] | None = None,
+        keys: Sequence[TeamKey] = (),
     ) -> None:
         """`served`: what each router reported it serves (facts `router_served`): one that
         already serves the routes is left alone; None: every push runs the playbook on
         every router. `unreached`: routers not reached this pass, and why: not waited for."""
         self.crl = crl
+        self.keys = tuple(keys)
         self.served = None if served is None else dict(served)
         self.unreached = dict(unreached or {})
         self.skipped = 0  # pushes that found every router serving the routes already
@@ -96,7 +107,7 @@ class RouterDeployer:
     def push(self, table: RouteTable) -> dict[str, str]:
         """Install, configure and reload every router for `table`, but those that serve
         it already; router → why it failed."""
-        variables = router_variables(table, crl=self.crl)
+        variables = router_variables(table, crl=self.crl, keys=self.keys, now=datetime.now(UTC))
         line = variables["modelfleet_router_served"] = served_line(variables)
         failures = {
             host: f"not reached: {why}; its routes not updated"

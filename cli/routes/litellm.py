@@ -156,6 +156,11 @@ def relays(table: RouteTable) -> list[dict[str, Any]]:
     ]
 
 
+# The router's auth hook (playbooks/files/modelfleet_router_keys.py): the master key and
+# the teams' keys, installed into LiteLLM's virtualenv by deploy_router.yml.
+KEYS_HOOK = "modelfleet_router_keys.authenticate"
+
+
 def litellm_config(table: RouteTable, settings: RouterSettings | None = None) -> dict[str, Any]:
     """The configuration as data; `render` writes it."""
     settings = settings or RouterSettings()
@@ -188,13 +193,20 @@ def litellm_config(table: RouteTable, settings: RouterSettings | None = None) ->
         router["fallbacks"] = fallbacks
     # No ssl_verify: LiteLLM speaks plain HTTP to the relay on its own loopback, and the
     # relay speaks TLS to the engines, checking their certificates (deploy_router.yml).
-    litellm_settings: dict[str, Any] = {"request_timeout": settings.request_timeout}
+    litellm_settings: dict[str, Any] = {
+        "request_timeout": settings.request_timeout,
+        # The teams' keys (cli/routes/keys.py): LiteLLM checks what the hook answers — an
+        # expired key here, a model the key lacks with `custom_auth_run_common_checks`.
+        "enable_post_custom_auth_checks": True,
+    }
     return {
         "model_list": [deployment(r, settings.relay_port) for r in table.deployments],
         "router_settings": router,
         "litellm_settings": litellm_settings,
         "general_settings": {
             "master_key": f"os.environ/{MASTER_KEY_ENV}",
+            "custom_auth": KEYS_HOOK,
+            "custom_auth_run_common_checks": True,
             "background_health_checks": settings.background_health_checks,
             "health_check_interval": settings.health_check_interval,
         },

@@ -26,6 +26,9 @@ VENV_ENV = "MODELFLEET_LITELLM_VENV"
 COMPLETE = "modelfleet-complete"
 # Keeps LiteLLM from fetching its model price list from GitHub at import (no network here).
 ENVIRONMENT = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "WARNING"}
+# What deploy_router.yml installs into a router's virtualenv: the keys hook the routes name
+# (general_settings.custom_auth) and the CRL check.
+ROUTER_FILES = Path(__file__).resolve().parents[2] / "playbooks" / "files"
 
 
 def venv_dir() -> Path:
@@ -74,7 +77,7 @@ def install_litellm_venv() -> Path:
 
 
 def litellm_environment(**extra: str) -> dict[str, str]:
-    return {**os.environ, **ENVIRONMENT, **extra}
+    return {**os.environ, **ENVIRONMENT, "PYTHONPATH": str(ROUTER_FILES), **extra}
 
 
 if __name__ == "__main__":

@@ -32,8 +32,7 @@ from cli.routes.table import (
 from tests.builders import NOW, NodeSpec, catalog, hgx, shard, snapshot
 from tests.unit.test_pure_core import FORBIDDEN, imported_roots
 
-MODELS = catalog(
-    """\
+MODELS_YAML = """\
     models:
       big:
         source: hf://org/big
@@ -73,7 +72,7 @@ MODELS = catalog(
         profiles:
           - {name: x1, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 1}
     """
-)
+MODELS = catalog(MODELS_YAML)
 ADDRESSES = {"hgx-1": "10.0.0.1", "hgx-2": "10.0.0.2", "hgx-3": "10.0.0.3", "cpu-1": "10.0.1.1"}
 
 
@@ -271,9 +270,15 @@ def test_the_litellm_config_has_a_deployment_per_ready_replica() -> None:
     # for 5 s; 600 s for a long generation; every deployment health-checked every 30 s.
     settings = {k: v for k, v in router.items() if k not in ("model_group_alias", "fallbacks")}
     assert settings == {"num_retries": 1, "allowed_fails": 0, "cooldown_time": 5, "timeout": 600}
-    assert config["litellm_settings"] == {"request_timeout": 600}
+    # The teams' keys: the router's hook answers, LiteLLM checks expiry and models.
+    assert config["litellm_settings"] == {
+        "request_timeout": 600,
+        "enable_post_custom_auth_checks": True,
+    }
     assert config["general_settings"] == {
         "master_key": "os.environ/LITELLM_MASTER_KEY",
+        "custom_auth": "modelfleet_router_keys.authenticate",
+        "custom_auth_run_common_checks": True,
         "background_health_checks": True,
         "health_check_interval": 30,
     }
