@@ -346,7 +346,8 @@ def plan(
                 unplaced.append(placement)
                 break  # the next would be refused for the same reasons
             reason = f"{len(running)} of {want} running"
-            if scaled is not None and scaled.change > 0:
+            # Short of replicas.min (a replica lost or moving) is not the load's doing.
+            if scaled is not None and scaled.change > 0 and len(running) >= model.replicas_min:
                 reason = f"scale up: {scaled.why}"
             if notes[name]:
                 reason += "; " + "; ".join(notes[name])

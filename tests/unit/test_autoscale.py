@@ -138,6 +138,13 @@ def test_the_planner_starts_one_more_replica_and_says_why_in_text_and_json() -> 
     assert result.scale_memory == {"chat": Memory()}
 
 
+def test_a_start_that_restores_replicas_min_is_not_called_a_scale_up() -> None:
+    result = _plan([], 0, None)
+    [start] = result.starts
+    assert start.reason == "0 of 1 running"
+    assert [d.why for d in result.scaling] == ["0 of replicas.min 1 running"]
+
+
 def test_the_planner_drains_one_replica_after_the_down_window_and_never_below_min() -> None:
     loads = [ReplicaLoad(replica=f"chat-{i}", waiting=0) for i in (1, 2, 3)]
     result = _plan(loads, 3, Memory(below_since=NOW - timedelta(seconds=301)))
