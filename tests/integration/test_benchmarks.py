@@ -155,3 +155,22 @@ def test_bench_watch_runs_no_playbook_for_nothing_and_replaces_a_cut_nodes_repli
     assert figures["memory"]["passes"] == 20 and figures["memory"]["exit_code"] == 0
     configured = fleet_script.status(fleet_exclusive.state_dir)
     assert all(state == "up" for _, state in configured)
+
+
+def test_bench_scale_times_a_pass_that_changes_nothing_and_one_that_moves_replicas() -> None:
+    # It exits 1 when the no-op pass planned or ran anything, a node was not reached, or the
+    # move pass did not drain every replica on the nodes it emptied: 0 means both passes did
+    # the work they are timed for.
+    figures = bench("bench_scale.py", "--sizes", "40,20", "--delay", "0.01", timeout=300)
+    assert figures["benchmark"] == "scale"
+    for size in (40, 20):
+        assert figures[f"noop_pass_seconds_{size}"] > 0
+        assert figures[f"move_pass_seconds_{size}"] > 0
+        sized = figures["sizes"][str(size)]
+        assert 0 < sized["moved"] < sized["replicas"]
+        # Every phase of the pass was reached in both passes; playbooks only when moving.
+        phases = {"inputs read", "gather (simulated SSH)", "probe output parsed", "snapshot",
+                  "plan", "routing diff", "facts cache"}  # fmt: skip
+        assert phases <= set(sized["noop"]["phases"])
+        assert "playbook variables rendered" not in sized["noop"]["phases"]
+        assert "playbook variables rendered" in sized["move"]["phases"]
