@@ -24,6 +24,7 @@ import logging
 import os
 import selectors
 import socket
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -208,6 +209,98 @@ def execute(
         raise CommandTimeoutError from None
     finally:
         channel.close()
+
+
+class SessionPool:
+    """Logged-in sessions kept from one use to the next: the controller's passes log in to a
+    node once, and again only when its connection broke or what it logs in with changed
+    (address, port, user, key file, or the host keys it is pinned to: a session is only
+    ever reused under the pins it was opened with). At most `capacity` are kept; past that
+    a session is closed after its use, as without a pool. Thread-safe: the gathering's
+    workers share one."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.logins = 0  # sessions opened: the controller's tests and bench_scale read it
+        self._sessions: dict[tuple[object, ...], paramiko.SSHClient] = {}
+        self._used: set[tuple[object, ...]] = set()  # since the last prune
+        self._lock = threading.Lock()
+
+    def run(
+        self,
+        address: str,
+        port: int,
+        user: str | None,
+        key_file: Path | None,
+        host_keys: Sequence[paramiko.PKey],
+        connect_timeout: float,
+        command: str,
+        stdin: bytes,
+        timeout: float,
+        limit: int = MAX_OUTPUT,
+    ) -> Result:
+        """`execute` on the node's kept session, else on a new login (kept after).
+
+        A kept session that fails (the node restarted, the connection dropped) is closed
+        and the command run once more on a new login; a command that timed out or printed
+        too much is not run again, and its session is not kept (its state is unknown)."""
+        pins = tuple(sorted((key.get_name(), key.get_base64()) for key in host_keys))
+        key = (address, port, user, None if key_file is None else str(key_file), pins)
+        with self._lock:
+            client = self._sessions.pop(key, None)
+            self._used.add(key)
+        if client is not None:
+            transport = client.get_transport()
+            if transport is not None and transport.is_active():
+                try:
+                    result = execute(client, command, stdin, timeout, limit)
+                except (paramiko.SSHException, EOFError, OSError):
+                    client.close()  # broken under us: log in again below
+                except BaseException:
+                    client.close()
+                    raise
+                else:
+                    self._keep(key, client)
+                    return result
+            else:
+                client.close()
+        client = login(address, port, user, key_file, host_keys, connect_timeout)
+        with self._lock:
+            self.logins += 1
+        try:
+            result = execute(client, command, stdin, timeout, limit)
+        except BaseException:
+            client.close()
+            raise
+        self._keep(key, client)
+        return result
+
+    def _keep(self, key: tuple[object, ...], client: paramiko.SSHClient) -> None:
+        with self._lock:
+            if len(self._sessions) < self.capacity:
+                self._sessions[key] = client
+                return
+        client.close()
+
+    def prune(self) -> None:
+        """Close the sessions not used since the last prune (a node gone from the
+        inventory, or logged in to with other settings now)."""
+        with self._lock:
+            stale = [key for key in self._sessions if key not in self._used]
+            closing = [self._sessions.pop(key) for key in stale]
+            self._used.clear()
+        for client in closing:
+            client.close()
+
+    def close(self) -> None:
+        with self._lock:
+            closing = list(self._sessions.values())
+            self._sessions.clear()
+        for client in closing:
+            client.close()
+
+    def __len__(self) -> int:
+        return len(self._sessions)
 
 
 def _read_all(channel: paramiko.Channel, deadline: float, limit: int) -> tuple[bytes, bytes]:

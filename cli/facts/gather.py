@@ -65,10 +65,14 @@ def gather(
     command_timeout: float = DEFAULT_COMMAND_TIMEOUT,
     parallel: int = DEFAULT_PARALLEL,
     on_done: Callable[[Attempt], None] | None = None,
+    sessions: ssh.SessionPool | None = None,
 ) -> list[Attempt]:
-    """Run the probe on every target; results in the targets' order."""
+    """Run the probe on every target; results in the targets' order. With `sessions`, each
+    node's session is kept for the next gather (the controller's passes), and the sessions
+    of nodes not gathered now are closed."""
     host_keys = ssh.load_known_hosts(known_hosts)
     script = probe_script().encode()
+    kept = ssh.SessionPool(0) if sessions is None else sessions  # 0: each closed after use
     results: dict[str, Attempt] = {}
     workers = max(1, min(parallel, len(targets)))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gather") as pool:
@@ -81,6 +85,7 @@ def gather(
                 script,
                 connect_timeout,
                 command_timeout,
+                kept,
             ): target
             for target in targets
         }
@@ -89,6 +94,7 @@ def gather(
             results[attempt.name] = attempt
             if on_done is not None:
                 on_done(attempt)
+    kept.prune()
     return [results[target.name] for target in targets]
 
 
@@ -99,20 +105,16 @@ def _probe_one(
     script: bytes,
     connect_timeout: float,
     command_timeout: float,
+    sessions: ssh.SessionPool,
 ) -> Attempt:
     started = time.monotonic()
     pinned = ssh.keys_for(host_keys, target.address, target.port)
     try:
         key_file = Path(target.key_file).expanduser() if target.key_file else None
-        client = ssh.login(
-            target.address, target.port, target.user, key_file, pinned, connect_timeout
-        )
-        try:
-            output = ssh.execute(
-                client, probe_command(target), script, command_timeout, limit=ssh.MAX_OUTPUT
-            ).stdout
-        finally:
-            client.close()
+        output = sessions.run(
+            target.address, target.port, target.user, key_file, pinned, connect_timeout,
+            probe_command(target), script, command_timeout, limit=ssh.MAX_OUTPUT,
+        ).stdout  # fmt: skip
     except Exception as error:  # every failure becomes the node's reason
         reason = describe_failure(error, target, known_hosts, connect_timeout)
         return Attempt(target.name, None, reason, time.monotonic() - started)
