@@ -23,11 +23,17 @@ back. Per size: a first pass fills the empty fleet (not timed), a second settles
 the timed passes: a no-op pass (must plan nothing and run no playbook), and a pass that
 moves 5 % of the replicas (the nodes holding them drained, as `ctl drain` plans it), each
 with ctl's wall and CPU time (this process, every thread) per phase. Nothing is contacted:
-no socket is opened.
+the simulated passes open no socket.
+
+First, unless --no-sshd, what the controller's lasting sessions (cli/edges/ssh.py
+SessionPool) save, which the simulated session cannot show: ctl's CPU per node per pass
+gathering the real probe from real sshds on loopback (tests/sshd.py, one a node), each
+pass logging in afresh as `ctl facts` does, or reusing the sessions of the pass before as
+`ctl reconcile --watch` does.
 
 The last line is one JSON object; exit 1 when a pass did not do what it is timed for.
 
-    python scripts/bench_scale.py [--sizes 2000,200] [--delay 0.05] [--parallel 32]
+    python scripts/bench_scale.py [--sizes 2000,200] [--delay 0.05] [--parallel 32] [--no-sshd]
 """
 
 from __future__ import annotations
@@ -62,7 +68,9 @@ import cli.ops.reconcile as reconcile_module
 import cli.routes.deploy as deploy_module
 from cli.catalog.load import load_catalog
 from cli.edges.ansible import PlaybookRun
+from cli.edges.ssh import SessionPool
 from cli.facts.cache import FactsCache
+from cli.facts.gather import Target, gather
 from cli.inventory.load import load_inventory
 from cli.ops.context import AppContext
 from cli.ops.fleet import Fleet, load_fleet
@@ -70,6 +78,7 @@ from cli.ops.reconcile import PassHooks, PassRequest, PassResult, run_pass
 from cli.ui import console
 from cli.ui.plan import render_plan
 from tests.fakes.nvidia_smi import FakeData, precomputed
+from tests.sshd import missing_reason, running_sshd
 from tests.testfleet.defaults import default_spec
 from tests.testfleet.hardware import gpu_data, infiniband_files, meminfo
 from tests.testfleet.specs import NodeSpec, node_spec_to_dict
@@ -506,11 +515,58 @@ def bench_size(size: int, delay: float, parallel: int) -> tuple[dict[str, Any], 
     return figures, problems
 
 
+def bench_sessions(nodes: int, passes: int) -> dict[str, Any]:
+    """ctl's CPU per node per pass gathering from `nodes` real sshds on loopback: a login
+    each pass, or each node's session kept from the pass before (the first pass, which
+    logs in, left out)."""
+    figures: dict[str, Any] = {"nodes": nodes, "passes": passes}
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-scale-sshd-") as temporary,
+        contextlib.ExitStack() as servers,
+    ):
+        directory = Path(temporary)
+        started = [
+            servers.enter_context(running_sshd(directory / f"sshd-{i}")) for i in range(nodes)
+        ]
+        known_hosts = directory / "known_hosts"
+        known_hosts.write_text("".join(server.known_hosts_line() for server in started))
+        targets = [
+            Target(f"node-{i}", server.address, server.port, "root", str(server.client_key))
+            for i, server in enumerate(started)
+        ]
+        for mode in ("login each pass", "sessions kept"):
+            sessions = SessionPool(nodes) if mode == "sessions kept" else None
+            spent = []
+            for _ in range(passes + 1):
+                cpu, wall = time.process_time(), time.perf_counter()
+                attempts = gather(targets, known_hosts, sessions=sessions)
+                spent.append((time.process_time() - cpu, time.perf_counter() - wall))
+                failed = [a.error for a in attempts if a.error is not None]
+                if failed:
+                    raise SystemExit(f"bench_scale: a loopback sshd was not reached: {failed[0]}")
+            cpu_each = sum(c for c, _ in spent[1:]) / passes / nodes
+            wall_each = sum(w for _, w in spent[1:]) / passes
+            figures[mode] = {
+                "cpu_ms_per_node": round(1000 * cpu_each, 2),
+                "pass_seconds": round(wall_each, 3),
+            }
+            print(
+                f"  {mode:<16} CPU {1000 * cpu_each:6.2f} ms a node a pass,"
+                f" a pass {wall_each:.3f} s"
+            )
+            if sessions is not None:
+                figures[mode]["logins"] = sessions.logins
+                sessions.close()
+    return figures
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)))
     parser.add_argument("--delay", type=float, default=DELAY, help="seconds a probe takes")
     parser.add_argument("--parallel", type=int, default=AppContext().parallel)
+    parser.add_argument("--no-sshd", action="store_true", help="skip the loopback sshd part")
+    parser.add_argument("--sshd-nodes", type=int, default=16)
     args = parser.parse_args(argv)
     sizes = [int(size) for size in args.sizes.split(",")]
     print(
@@ -519,6 +575,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     result: dict[str, Any] = {"benchmark": "scale", "delay": args.delay, "sizes": {}}
     problems: list[str] = []
+    why_not = "--no-sshd" if args.no_sshd else missing_reason()
+    if why_not is None:
+        print(f"{args.sshd_nodes} loopback sshds, the real probe, 5 passes each way:")
+        result["sessions"] = bench_sessions(args.sshd_nodes, 5)
+    else:
+        print(f"no loopback sshd part: {why_not}")
     for size in sizes:
         figures, said = bench_size(size, args.delay, args.parallel)
         result["sizes"][str(size)] = figures

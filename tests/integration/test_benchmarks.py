@@ -21,6 +21,7 @@ from tests import testfleet as fleet_script
 from tests.ctl import ROOT, ctl_environment
 from tests.integration.conftest import LiveFleet
 from tests.integration.test_testfleet import known_hosts_entries
+from tests.sshd import missing_reason
 
 
 def bench(script: str, *args: str, timeout: float) -> dict[str, Any]:
@@ -161,8 +162,16 @@ def test_bench_scale_times_a_pass_that_changes_nothing_and_one_that_moves_replic
     # It exits 1 when the no-op pass planned or ran anything, a node was not reached, or the
     # move pass did not drain every replica on the nodes it emptied: 0 means both passes did
     # the work they are timed for.
-    figures = bench("bench_scale.py", "--sizes", "40,20", "--delay", "0.01", timeout=300)
+    figures = bench(
+        "bench_scale.py", "--sizes", "40,20", "--delay", "0.01", "--sshd-nodes", "2",
+        timeout=300,
+    )  # fmt: skip
     assert figures["benchmark"] == "scale"
+    if missing_reason() is None:  # the loopback sshds: six passes, one login per node
+        sessions = figures["sessions"]
+        assert sessions["sessions kept"]["logins"] == sessions["nodes"] == 2
+        for mode in ("login each pass", "sessions kept"):
+            assert sessions[mode]["cpu_ms_per_node"] > 0
     for size in (40, 20):
         assert figures[f"noop_pass_seconds_{size}"] > 0
         assert figures[f"move_pass_seconds_{size}"] > 0
