@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import logging
 import os
 import selectors
@@ -92,18 +93,67 @@ def known_hosts_name(address: str, port: int) -> str:
     return address if port == DEFAULT_PORT else f"[{address}]:{port}"
 
 
-def load_known_hosts(known_hosts: Path) -> paramiko.HostKeys:
+class KnownHosts:
+    """The lines of a known_hosts file, looked up by name as OpenSSH and paramiko do (hashed
+    names too), but through an index: paramiko's HostKeys scans every line for each name,
+    and checks each line it loads against every line before it, so a gather over 2,000
+    nodes spent seconds in it (scripts/bench_scale.py)."""
+
+    def __init__(self, entries: Sequence[paramiko.hostkeys.HostKeyEntry] = ()) -> None:
+        self._plain: dict[str, list[tuple[int, paramiko.PKey]]] = {}
+        self._hashed: list[tuple[int, str, paramiko.PKey]] = []
+        for order, entry in enumerate(entries):
+            if entry.key is None:
+                continue
+            for name in entry.hostnames:
+                if name.startswith("|1|"):
+                    self._hashed.append((order, name, entry.key))
+                else:
+                    self._plain.setdefault(name, []).append((order, entry.key))
+
+    @classmethod
+    def read(cls, path: Path) -> KnownHosts:
+        """The file's lines as paramiko's HostKeys.load reads them: blank lines, comments and
+        lines it cannot parse skipped (one whose key is not base64 too, which paramiko's
+        load raises on)."""
+        entries = []
+        with path.open(encoding="utf-8", errors="replace") as lines:
+            for number, raw in enumerate(lines, 1):
+                line = raw.strip()
+                if not line or line.startswith("#"):
+                    continue
+                try:
+                    entry = paramiko.hostkeys.HostKeyEntry.from_line(line, number)
+                except (paramiko.SSHException, paramiko.hostkeys.InvalidHostKey):
+                    continue
+                if entry is not None:
+                    entries.append(entry)
+        return cls(entries)
+
+    def lookup(self, name: str) -> list[paramiko.PKey]:
+        """The keys for `name`, the first of each key type in the file's order, as
+        paramiko's HostKeys.lookup gives them."""
+        found = list(self._plain.get(name, ()))
+        for order, hashed, key in self._hashed:
+            if name == hashed or (
+                not name.startswith("|1|")
+                and hmac.compare_digest(paramiko.HostKeys.hash_host(name, hashed), hashed)
+            ):
+                found.append((order, key))
+        first: dict[str, paramiko.PKey] = {}
+        for _, key in sorted(found, key=lambda pair: pair[0]):
+            first.setdefault(key.get_name(), key)
+        return list(first.values())
+
+
+def load_known_hosts(known_hosts: Path) -> KnownHosts:
     """Every line of the fleet's known_hosts (none when the file is missing)."""
-    host_keys = paramiko.HostKeys()
-    if known_hosts.exists():
-        host_keys.load(str(known_hosts))
-    return host_keys
+    return KnownHosts.read(known_hosts) if known_hosts.exists() else KnownHosts()
 
 
-def keys_for(host_keys: paramiko.HostKeys, address: str, port: int) -> list[paramiko.PKey]:
+def keys_for(host_keys: KnownHosts, address: str, port: int) -> list[paramiko.PKey]:
     """The keys `host_keys` holds for this address and port (hashed lines too)."""
-    found = host_keys.lookup(known_hosts_name(address, port))
-    return [] if found is None else list(found.values())
+    return host_keys.lookup(known_hosts_name(address, port))
 
 
 def known_keys(known_hosts: Path, address: str, port: int) -> list[paramiko.PKey]:

@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-import paramiko
-
 from cli.edges import ssh
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
@@ -100,7 +98,7 @@ def gather(
 
 def _probe_one(
     target: Target,
-    host_keys: paramiko.HostKeys,
+    host_keys: ssh.KnownHosts,
     known_hosts: Path,
     script: bytes,
     connect_timeout: float,
