@@ -6,12 +6,13 @@ from __future__ import annotations
 import contextlib
 import io
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import typer
 
 from cli.inventory.load import Decrypt
-from cli.ops.controller import STOP, Aborted, PassRecord, unwritable, watch
+from cli.ops.controller import STOP, Aborted, PassRecord, lasting_sessions, unwritable, watch
 
 
 def run_controller(
@@ -46,12 +47,17 @@ def run_controller(
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             return one_pass(record)
 
+    # Each node's SSH session lasts from pass to pass: the passes read the context's pool.
+    sessions = lasting_sessions()
+    context.obj = replace(options, sessions=sessions)
     STOP.install()
     try:
         return watch(checked_pass, interval, options.state, dry_run, log)
     except Aborted as aborted:
         log("aborted", {"signal": str(aborted)})
         return 128 + aborted.signum
+    finally:
+        sessions.close()
 
 
 def input_problem(decrypt: Decrypt | None, catalog: Path, inventory: Path) -> str | None:

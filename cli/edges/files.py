@@ -20,7 +20,12 @@ from pathlib import Path
 
 
 def atomic_write(
-    path: Path, data: bytes | str, mode: int | None = 0o644, *, exclusive: bool = False
+    path: Path,
+    data: bytes | str,
+    mode: int | None = 0o644,
+    *,
+    exclusive: bool = False,
+    durable: bool = True,
 ) -> Path:
     """Put `data` (str: UTF-8) at `path` in one step, with `mode`; returns the path written.
 
@@ -28,7 +33,9 @@ def atomic_write(
     makes it. A symlink at `path` is written through: its target is replaced, the link
     stays. `exclusive`: `path` must not exist (not even as a symlink): FileExistsError
     naming `path` if it does, and nothing is replaced (a hard link, not a rename, puts the
-    file in place).
+    file in place). Not `durable`: still whole or absent to a reader, but not synced to
+    disk, so a power loss may take it back to the old file or to none (a cache's files,
+    which the next run learns again: syncing each of 2,000 was most of a pass's writes).
     """
     payload = data.encode("utf-8") if isinstance(data, str) else data
     target = path.resolve() if path.is_symlink() and not exclusive else path
@@ -43,7 +50,8 @@ def atomic_write(
             os.fchmod(file.fileno(), mode)  # before the first byte; mkstemp made it 0600
             file.write(payload)
             file.flush()
-            os.fsync(file.fileno())
+            if durable:
+                os.fsync(file.fileno())
         if exclusive:
             try:
                 target.hardlink_to(temporary)
@@ -55,7 +63,8 @@ def atomic_write(
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
-    sync_directory(directory)
+    if durable:
+        sync_directory(directory)
     return target
 
 

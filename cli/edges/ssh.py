@@ -21,12 +21,14 @@ from __future__ import annotations
 import base64
 import getpass
 import hashlib
+import hmac
 import logging
 import os
 import re
 import selectors
 import shlex
 import socket
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -94,18 +96,67 @@ def known_hosts_name(address: str, port: int) -> str:
     return address if port == DEFAULT_PORT else f"[{address}]:{port}"
 
 
-def load_known_hosts(known_hosts: Path) -> paramiko.HostKeys:
+class KnownHosts:
+    """The lines of a known_hosts file, looked up by name as OpenSSH and paramiko do (hashed
+    names too), but through an index: paramiko's HostKeys scans every line for each name,
+    and checks each line it loads against every line before it, so a gather over 2,000
+    nodes spent seconds in it (scripts/bench_scale.py)."""
+
+    def __init__(self, entries: Sequence[paramiko.hostkeys.HostKeyEntry] = ()) -> None:
+        self._plain: dict[str, list[tuple[int, paramiko.PKey]]] = {}
+        self._hashed: list[tuple[int, str, paramiko.PKey]] = []
+        for order, entry in enumerate(entries):
+            if entry.key is None:
+                continue
+            for name in entry.hostnames:
+                if name.startswith("|1|"):
+                    self._hashed.append((order, name, entry.key))
+                else:
+                    self._plain.setdefault(name, []).append((order, entry.key))
+
+    @classmethod
+    def read(cls, path: Path) -> KnownHosts:
+        """The file's lines as paramiko's HostKeys.load reads them: blank lines, comments and
+        lines it cannot parse skipped (one whose key is not base64 too, which paramiko's
+        load raises on)."""
+        entries = []
+        with path.open(encoding="utf-8", errors="replace") as lines:
+            for number, raw in enumerate(lines, 1):
+                line = raw.strip()
+                if not line or line.startswith("#"):
+                    continue
+                try:
+                    entry = paramiko.hostkeys.HostKeyEntry.from_line(line, number)
+                except (paramiko.SSHException, paramiko.hostkeys.InvalidHostKey):
+                    continue
+                if entry is not None:
+                    entries.append(entry)
+        return cls(entries)
+
+    def lookup(self, name: str) -> list[paramiko.PKey]:
+        """The keys for `name`, the first of each key type in the file's order, as
+        paramiko's HostKeys.lookup gives them."""
+        found = list(self._plain.get(name, ()))
+        for order, hashed, key in self._hashed:
+            if name == hashed or (
+                not name.startswith("|1|")
+                and hmac.compare_digest(paramiko.HostKeys.hash_host(name, hashed), hashed)
+            ):
+                found.append((order, key))
+        first: dict[str, paramiko.PKey] = {}
+        for _, key in sorted(found, key=lambda pair: pair[0]):
+            first.setdefault(key.get_name(), key)
+        return list(first.values())
+
+
+def load_known_hosts(known_hosts: Path) -> KnownHosts:
     """Every line of the fleet's known_hosts (none when the file is missing)."""
-    host_keys = paramiko.HostKeys()
-    if known_hosts.exists():
-        host_keys.load(str(known_hosts))
-    return host_keys
+    return KnownHosts.read(known_hosts) if known_hosts.exists() else KnownHosts()
 
 
-def keys_for(host_keys: paramiko.HostKeys, address: str, port: int) -> list[paramiko.PKey]:
+def keys_for(host_keys: KnownHosts, address: str, port: int) -> list[paramiko.PKey]:
     """The keys `host_keys` holds for this address and port (hashed lines too)."""
-    found = host_keys.lookup(known_hosts_name(address, port))
-    return [] if found is None else list(found.values())
+    return host_keys.lookup(known_hosts_name(address, port))
 
 
 def known_keys(known_hosts: Path, address: str, port: int) -> list[paramiko.PKey]:
@@ -224,7 +275,7 @@ def login(
     host_keys: Sequence[paramiko.PKey],
     connect_timeout: float,
     proxy: Proxy | None = None,
-    known: paramiko.HostKeys | None = None,
+    known: KnownHosts | None = None,
 ) -> paramiko.SSHClient:
     """Log in, accepting only `host_keys` from the node; the caller closes the client.
     Raises what paramiko or the socket raise (`describe_failure` turns it into a line), or
@@ -274,7 +325,7 @@ def _stream(
     user: str | None,
     timeout: float,
     proxy: Proxy | None,
-    known: paramiko.HostKeys | None,
+    known: KnownHosts | None,
     hops: list[paramiko.SSHClient],
 ) -> Stream:
     """The byte stream the node's SSH session runs over: a TCP connection, a channel
@@ -355,6 +406,101 @@ def execute(
         raise CommandTimeoutError from None
     finally:
         channel.close()
+
+
+class SessionPool:
+    """Logged-in sessions kept from one use to the next: the controller's passes log in to a
+    node once, and again only when its connection broke or what it logs in with changed
+    (address, port, user, key file, or the host keys it is pinned to: a session is only
+    ever reused under the pins it was opened with). At most `capacity` are kept; past that
+    a session is closed after its use, as without a pool. Thread-safe: the gathering's
+    workers share one."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.logins = 0  # sessions opened: the controller's tests and bench_scale read it
+        self._sessions: dict[tuple[object, ...], paramiko.SSHClient] = {}
+        self._used: set[tuple[object, ...]] = set()  # since the last prune
+        self._lock = threading.Lock()
+
+    def run(
+        self,
+        address: str,
+        port: int,
+        user: str | None,
+        key_file: Path | None,
+        host_keys: Sequence[paramiko.PKey],
+        connect_timeout: float,
+        command: str,
+        stdin: bytes,
+        timeout: float,
+        limit: int = MAX_OUTPUT,
+        proxy: Proxy | None = None,
+        known: KnownHosts | None = None,
+    ) -> Result:
+        """`execute` on the node's kept session, else on a new login (kept after); `proxy`
+        and `known` as `login` takes them (a session is kept per way there too).
+
+        A kept session that fails (the node restarted, the connection dropped) is closed
+        and the command run once more on a new login; a command that timed out or printed
+        too much is not run again, and its session is not kept (its state is unknown)."""
+        pins = tuple(sorted((key.get_name(), key.get_base64()) for key in host_keys))
+        key = (address, port, user, None if key_file is None else str(key_file), pins, proxy)
+        with self._lock:
+            client = self._sessions.pop(key, None)
+            self._used.add(key)
+        if client is not None:
+            transport = client.get_transport()
+            if transport is not None and transport.is_active():
+                try:
+                    result = execute(client, command, stdin, timeout, limit)
+                except (paramiko.SSHException, EOFError, OSError):
+                    client.close()  # broken under us: log in again below
+                except BaseException:
+                    client.close()
+                    raise
+                else:
+                    self._keep(key, client)
+                    return result
+            else:
+                client.close()
+        client = login(address, port, user, key_file, host_keys, connect_timeout, proxy, known)
+        with self._lock:
+            self.logins += 1
+        try:
+            result = execute(client, command, stdin, timeout, limit)
+        except BaseException:
+            client.close()
+            raise
+        self._keep(key, client)
+        return result
+
+    def _keep(self, key: tuple[object, ...], client: paramiko.SSHClient) -> None:
+        with self._lock:
+            if len(self._sessions) < self.capacity:
+                self._sessions[key] = client
+                return
+        client.close()
+
+    def prune(self) -> None:
+        """Close the sessions not used since the last prune (a node gone from the
+        inventory, or logged in to with other settings now)."""
+        with self._lock:
+            stale = [key for key in self._sessions if key not in self._used]
+            closing = [self._sessions.pop(key) for key in stale]
+            self._used.clear()
+        for client in closing:
+            client.close()
+
+    def close(self) -> None:
+        with self._lock:
+            closing = list(self._sessions.values())
+            self._sessions.clear()
+        for client in closing:
+            client.close()
+
+    def __len__(self) -> int:
+        return len(self._sessions)
 
 
 def _read_all(channel: paramiko.Channel, deadline: float, limit: int) -> tuple[bytes, bytes]:

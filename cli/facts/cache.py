@@ -55,7 +55,9 @@ class FactsCache:
     def save(self, facts: dict[str, NodeFacts]) -> None:
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         for name, node_facts in facts.items():
-            save_facts(self.directory, name, node_facts)
+            # Not synced: a file a power loss takes is read as unreadable and ignored, and
+            # the next gather learns it again; only its clocks start afresh (docs/gathering.md).
+            save_facts(self.directory, name, node_facts, durable=False)
 
 
 def _unreadable(size: int) -> str | None:

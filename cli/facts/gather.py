@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-import paramiko
-
 from cli.edges import local, ssh
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
@@ -68,10 +66,14 @@ def gather(
     command_timeout: float = DEFAULT_COMMAND_TIMEOUT,
     parallel: int = DEFAULT_PARALLEL,
     on_done: Callable[[Attempt], None] | None = None,
+    sessions: ssh.SessionPool | None = None,
 ) -> list[Attempt]:
-    """Run the probe on every target; results in the targets' order."""
+    """Run the probe on every target; results in the targets' order. With `sessions`, each
+    node's session is kept for the next gather (the controller's passes), and the sessions
+    of nodes not gathered now are closed."""
     host_keys = ssh.load_known_hosts(known_hosts)
     script = probe_script().encode()
+    kept = ssh.SessionPool(0) if sessions is None else sessions  # 0: each closed after use
     results: dict[str, Attempt] = {}
     workers = max(1, min(parallel, len(targets)))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gather") as pool:
@@ -84,6 +86,7 @@ def gather(
                 script,
                 connect_timeout,
                 command_timeout,
+                kept,
             ): target
             for target in targets
         }
@@ -92,16 +95,18 @@ def gather(
             results[attempt.name] = attempt
             if on_done is not None:
                 on_done(attempt)
+    kept.prune()
     return [results[target.name] for target in targets]
 
 
 def _probe_one(
     target: Target,
-    host_keys: paramiko.HostKeys,
+    host_keys: ssh.KnownHosts,
     known_hosts: Path,
     script: bytes,
     connect_timeout: float,
     command_timeout: float,
+    sessions: ssh.SessionPool,
 ) -> Attempt:
     started = time.monotonic()
     if target.refused is not None:
@@ -111,16 +116,11 @@ def _probe_one(
     pinned = ssh.keys_for(host_keys, target.address, target.port)
     try:
         key_file = Path(target.key_file).expanduser() if target.key_file else None
-        client = ssh.login(
+        output = sessions.run(
             target.address, target.port, target.user, key_file, pinned, connect_timeout,
+            probe_command(target), script, command_timeout, limit=ssh.MAX_OUTPUT,
             proxy=target.proxy, known=host_keys,
-        )  # fmt: skip
-        try:
-            output = ssh.execute(
-                client, probe_command(target), script, command_timeout, limit=ssh.MAX_OUTPUT
-            ).stdout
-        finally:
-            client.close()
+        ).stdout  # fmt: skip
     except Exception as error:  # every failure becomes the node's reason
         reason = describe_failure(error, target, known_hosts, connect_timeout)
         return Attempt(target.name, None, reason, time.monotonic() - started)

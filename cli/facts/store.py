@@ -54,9 +54,10 @@ def facts_json(facts: NodeFacts) -> str:
     return json.dumps(facts.model_dump(mode="json", exclude_none=False), indent=2) + "\n"
 
 
-def save_facts(directory: Path, name: str, facts: NodeFacts) -> Path:
-    """Write atomically, so a reader never sees half a file."""
+def save_facts(directory: Path, name: str, facts: NodeFacts, *, durable: bool = True) -> Path:
+    """Write atomically, so a reader never sees half a file; not `durable`: not synced to
+    disk either (cli/edges/files.py atomic_write), for the facts cache."""
     directory.mkdir(parents=True, exist_ok=True)
     target = file_in(directory, name, ".json")
-    atomic_write(target, facts_json(facts), 0o600)
+    atomic_write(target, facts_json(facts), 0o600, durable=durable)
     return target

@@ -16,6 +16,7 @@ from pathlib import Path
 from cli.cluster import DEFAULT_LOST_AFTER
 from cli.edges.files import state_dir as default_state_dir
 from cli.edges.lock import exclusive, fleet_lock_path
+from cli.edges.ssh import SessionPool
 from cli.edges.vault import Decrypt, VaultError, vault_decrypter
 from cli.errors import InputError
 
@@ -32,6 +33,8 @@ class AppContext:
     state_dir: Path | None = None  # default: $XDG_STATE_HOME/modelfleet
     lock_timeout: float = 60.0  # how long a command waits for another one's fleet lock
     vault_password_file: Path | None = None  # opens vaulted variables files when given
+    # The controller's: each node's SSH session kept from pass to pass (None: one a gather)
+    sessions: SessionPool | None = None
 
     def decrypt(self) -> Decrypt | None:
         """How the inventory's vaulted files are opened: with the password file, or not

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import threading
 import time
@@ -31,11 +32,14 @@ from types import FrameType
 from typing import Any
 
 from cli.edges.files import atomic_write
+from cli.edges.ssh import SessionPool
 from cli.ops.fleet import Fleet
 from cli.reconcile.apply import Outcome
 from cli.reconcile.planner import Plan
 
 LAST_PASS = "last-pass.json"
+# Descriptors left beside the kept sessions: the gather's new logins, playbook runs, files.
+SPARE_DESCRIPTORS = 512
 LAST_PASS_FORMAT = "modelfleet.last-pass/v1"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -171,6 +175,21 @@ def unwritable(state: Path) -> str | None:
     except OSError as error:
         return f"state directory {state} is not writable: {error.strerror or error}"
     return None
+
+
+def lasting_sessions() -> SessionPool:
+    """Where the controller keeps each node's SSH session from pass to pass (docs/scale.md):
+    one socket a node, so the soft limit on open files is raised to the hard one first
+    (systemd's default soft limit, 1,024, would cap the pool below a thousand nodes), and
+    the pool holds what that leaves beside SPARE_DESCRIPTORS."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):  # an infinite hard limit the kernel caps lower
+            pass
+    return SessionPool(max(0, soft - SPARE_DESCRIPTORS))
 
 
 Event = Callable[[str, dict[str, Any]], None]  # (kind, fields): one log line each

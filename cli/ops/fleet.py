@@ -144,6 +144,7 @@ def gather_fleet(
         connect_timeout=options.connect_timeout,
         command_timeout=options.command_timeout,
         parallel=options.parallel,
+        sessions=options.sessions,
         on_done=None
         if on_progress is None
         else lambda attempt: on_progress(attempt.name, attempt.error),

@@ -21,6 +21,7 @@ from tests import testfleet as fleet_script
 from tests.ctl import ROOT, ctl_environment
 from tests.integration.conftest import LiveFleet
 from tests.integration.test_testfleet import known_hosts_entries
+from tests.sshd import missing_reason
 
 
 def bench(script: str, *args: str, timeout: float) -> dict[str, Any]:
@@ -156,3 +157,30 @@ def test_bench_watch_runs_no_playbook_for_nothing_and_replaces_a_cut_nodes_repli
     assert figures["memory"]["passes"] == 20 and figures["memory"]["exit_code"] == 0
     configured = fleet_script.status(fleet_exclusive.state_dir)
     assert all(state == "up" for _, state in configured)
+
+
+def test_bench_scale_times_a_pass_that_changes_nothing_and_one_that_moves_replicas() -> None:
+    # It exits 1 when the no-op pass planned or ran anything, a node was not reached, or the
+    # move pass did not drain every replica on the nodes it emptied: 0 means both passes did
+    # the work they are timed for.
+    figures = bench(
+        "bench_scale.py", "--sizes", "40,20", "--delay", "0.01", "--sshd-nodes", "2",
+        timeout=300,
+    )  # fmt: skip
+    assert figures["benchmark"] == "scale"
+    if missing_reason() is None:  # the loopback sshds: six passes, one login per node
+        sessions = figures["sessions"]
+        assert sessions["sessions kept"]["logins"] == sessions["nodes"] == 2
+        for mode in ("login each pass", "sessions kept"):
+            assert sessions[mode]["cpu_ms_per_node"] > 0
+    for size in (40, 20):
+        assert figures[f"noop_pass_seconds_{size}"] > 0
+        assert figures[f"move_pass_seconds_{size}"] > 0
+        sized = figures["sizes"][str(size)]
+        assert 0 < sized["moved"] < sized["replicas"]
+        # Every phase of the pass was reached in both passes; playbooks only when moving.
+        phases = {"inputs read", "gather (simulated SSH)", "probe output parsed", "snapshot",
+                  "plan", "routing diff", "facts cache"}  # fmt: skip
+        assert phases <= set(sized["noop"]["phases"])
+        assert "playbook variables rendered" not in sized["noop"]["phases"]
+        assert "playbook variables rendered" in sized["move"]["phases"]

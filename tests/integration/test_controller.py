@@ -329,3 +329,43 @@ def test_the_systemd_example_is_a_unit_systemd_accepts_running_what_ctl_reads(
     assert (
         json.loads((tmp_path / "state" / "modelfleet" / "last-pass.json").read_text())["pass"] == 1
     )
+
+
+def ports_connected_to(port: int) -> set[int]:
+    """The local ports of this machine's established TCP connections to `port` (IPv4)."""
+    found = set()
+    for row in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, remote, state = row.split()[1:4]
+        if state == "01" and int(remote.split(":")[1], 16) == port:
+            found.add(int(local.split(":")[1], 16))
+    return found
+
+
+@needs_sshd
+def test_the_controller_keeps_a_nodes_ssh_connection_from_pass_to_pass(
+    tmp_path: Path, answering_and_hung: tuple[Sshd, int]
+) -> None:
+    server, _ = answering_and_hung
+    inventory = two_node_inventory(tmp_path, server, 1)
+    hosts = (inventory / "hosts.yml").read_text()
+    (inventory / "hosts.yml").write_text(hosts.split("    hung:")[0])  # the answering node
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(CHAT)
+    controller = Controller(
+        tmp_path / "state", "reconcile", "--watch", "--dry-run", "--interval", "1s",
+        "--catalog", str(catalog), "--inventory", str(inventory),
+    )  # fmt: skip
+    try:
+        controller.wait_for("pass 2 done")
+        between = ports_connected_to(server.port)
+        controller.wait_for("pass 4 done")
+        later = ports_connected_to(server.port)
+        controller.process.send_signal(signal.SIGTERM)
+        code, _, err = controller.finish()
+    finally:
+        controller.kill()
+    assert code == 0, err
+    assert controller.last_pass()["could_not"] == [], controller.last_pass()
+    # One connection, open between passes, and the same one two passes later.
+    assert len(between) == 1 and later == between, (between, later)
+    assert ports_connected_to(server.port) == set()  # closed when the controller stopped

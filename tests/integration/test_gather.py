@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 from cli.cluster.snapshot import Reachability
+from cli.edges import ssh
+from cli.edges.ssh import SessionPool
 from cli.facts.gather import Target, gather
 from cli.facts.model import store_directory
 from cli.facts.parse import parse_meminfo
@@ -325,3 +327,51 @@ def test_reconcile_after_a_quiet_spell_leaves_a_node_seen_failing_once_unreachab
     assert json.loads(cached.read_text())["unreachable_since"] == first_failure
     assert [stop["replica"] for stop in watched["stops"]] == ["chat-1"], watched
     assert "local lost" in watched["stops"][0]["reason"]
+
+
+def test_the_controllers_passes_reuse_a_nodes_session_and_open_a_broken_one_again(
+    tmp_path: Path,
+) -> None:
+    sessions = SessionPool(8)
+    options = AppContext(state_dir=tmp_path / "state", connect_timeout=5, sessions=sessions)
+    with running_sshd(tmp_path / "sshd") as server:
+        inventory_dir = write_inventory(tmp_path, server)
+        inventory = load_inventory(inventory_dir)
+        first = gather_fleet(inventory, inventory_dir, options, now=NOW)
+        (kept,) = sessions._sessions.values()
+        second = gather_fleet(inventory, inventory_dir, options, now=NOW)
+        assert first.unreached == second.unreached == {}
+        assert sessions.logins == 1 and list(sessions._sessions.values()) == [kept]
+        # The node drops the connection: its sshd's process for this session is killed (the
+        # shell's parent), as a restart of sshd or of the node would.
+        known = ssh.keys_for(
+            ssh.load_known_hosts(inventory_dir / ".known_hosts"), server.address, server.port
+        )
+        dropped = sessions.run(
+            server.address, server.port, "root", server.client_key, known, 5,
+            "kill -KILL $PPID; sleep 5", b"", 10,
+        )  # fmt: skip
+        assert dropped.status == -1  # no exit status: the connection died under it
+        third = gather_fleet(inventory, inventory_dir, options, now=NOW)
+        assert third.unreached == {} and third.facts["local"].memory is not None
+        assert sessions.logins == 2
+    sessions.close()
+
+
+def test_a_kept_session_is_never_used_past_a_change_of_the_nodes_pinned_key(
+    tmp_path: Path,
+) -> None:
+    sessions = SessionPool(8)
+    options = AppContext(state_dir=tmp_path / "state", connect_timeout=5, sessions=sessions)
+    with running_sshd(tmp_path / "sshd") as server:
+        inventory_dir = write_inventory(tmp_path, server)
+        inventory = load_inventory(inventory_dir)
+        assert gather_fleet(inventory, inventory_dir, options, now=NOW).unreached == {}
+        # known_hosts now pins another key: the kept session, opened under the old pin, is
+        # not used, and the login under the new one is refused.
+        (inventory_dir / ".known_hosts").write_text(
+            f"[{server.address}]:{server.port} {keygen(tmp_path / 'other')}\n"
+        )
+        refused = gather_fleet(inventory, inventory_dir, options, now=NOW)
+    assert "host key mismatch" in refused.unreached["local"]
+    assert sessions.logins == 1 and len(sessions) == 0  # the old session closed, none kept

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import paramiko
@@ -174,3 +174,37 @@ def test_a_known_hosts_line_added_is_found_again(sshd: Sshd, tmp_path: Path) -> 
 def test_a_node_on_port_22_is_named_without_brackets() -> None:
     assert ssh.known_hosts_name("10.0.0.5", 22) == "10.0.0.5"
     assert ssh.known_hosts_name("10.0.0.5", 2222) == "[10.0.0.5]:2222"
+
+
+def test_known_hosts_finds_what_paramiko_finds_hashed_names_and_ports_included(
+    tmp_path: Path,
+) -> None:
+    ed_a, ed_b = (keygen(tmp_path / name).split()[:2] for name in ("a", "b"))
+    ecdsa = paramiko.ECDSAKey.generate()
+    hashed = paramiko.HostKeys.hash_host("10.0.0.7")
+    lines = [
+        "# the fleet",
+        f"10.0.0.5,node-5 {ed_a[0]} {ed_a[1]}",
+        f"[10.0.0.5]:2222 {ed_b[0]} {ed_b[1]}",
+        f"10.0.0.5 {ecdsa.get_name()} {ecdsa.get_base64()}",
+        f"10.0.0.5 {ed_b[0]} {ed_b[1]}",  # a second key of a type: the first is pinned
+        f"{hashed} {ed_b[0]} {ed_b[1]}",
+        "",
+    ]
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.write_text("\n".join(lines))
+    theirs = paramiko.HostKeys(str(known_hosts))
+    # A line whose key is not base64, which paramiko's load raises on, is skipped.
+    known_hosts.write_text("\n".join([*lines, "10.0.0.5 ssh-ed25519 not-base64!"]))
+    ours = ssh.load_known_hosts(known_hosts)
+
+    def pins(keys: Iterable[paramiko.PKey]) -> set[tuple[str, str]]:
+        return {(key.get_name(), key.get_base64()) for key in keys}
+
+    for name in ("10.0.0.5", "node-5", "[10.0.0.5]:2222", "10.0.0.7", "10.0.0.8", hashed):
+        found = theirs.lookup(name)  # paramiko repeats a type's first key for each line of it
+        assert pins(ours.lookup(name)) == pins([] if found is None else found.values()), name
+    assert [k.get_name() for k in ssh.keys_for(ours, "10.0.0.5", 22)] == [
+        "ssh-ed25519", ecdsa.get_name(),
+    ]  # fmt: skip
+    assert ssh.keys_for(ours, "10.0.0.5", 2222)[0].get_base64() == ed_b[1]

@@ -6,13 +6,14 @@ crash or a full disk can leave it short: a bad file costs a warning, never the c
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from cli.facts import cache as cache_module
 from cli.facts.cache import FactsCache
-from cli.facts.store import facts_json
+from cli.facts.store import facts_json, save_facts
 from tests.builders import facts, hgx
 
 
@@ -85,3 +86,25 @@ def test_a_file_too_big_for_a_node_is_not_read(
     assert sorted(loaded) == []  # hgx-1's own file is over 1000 bytes too
     path = cache.directory / "hgx-2.json"
     assert f"ignoring unreadable cache file {path}: 1001 bytes, more than the 1000" in warnings[1]
+
+
+def test_the_cache_is_written_whole_but_not_synced_and_a_snapshot_is_synced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    cache = FactsCache(tmp_path / "hosts.yml", tmp_path / "state")
+    # 2,000 nodes' files synced one by one were most of a controller pass's writes
+    # (scripts/bench_scale.py); the cache is learned again by the next gather.
+    cache.save({f"hgx-{i}": facts(hgx(f"hgx-{i}")) for i in range(1, 4)})
+    assert synced == []
+    assert set(cache.load()[0]) == {"hgx-1", "hgx-2", "hgx-3"}
+    assert not list(cache.directory.glob(".*.tmp"))  # each put in place whole, by rename
+    save_facts(tmp_path / "snapshot", "hgx-1", facts(hgx("hgx-1")))  # ctl facts --save
+    assert len(synced) == 2  # the file, then its directory's new name
