@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+from pathlib import Path
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -9,6 +13,7 @@ from cli.facts.probe import facts_from_attempt, facts_from_probe, split_sections
 from tests.builders import NOW
 
 ROW = "{i}, GPU-{i}, NVIDIA H100, 00000000:{b:02X}:00.0, 81559, 0, 0"
+PROBE = Path(__file__).resolve().parents[2] / "cli" / "facts" / "probe.sh"
 SHARD = '{"replica": "r", "model": "m", "profile": "p", "rank": 0, "engine": "vllm"'
 
 
@@ -106,3 +111,22 @@ def test_random_probe_lines_give_facts_or_an_error_never_an_exception(lines: lis
 def test_random_bytes_give_facts_or_an_error_never_an_exception(data: bytes) -> None:
     facts = facts_from_attempt(data.decode("utf-8", errors="replace"), None, None, NOW)
     assert facts.gathered_at == NOW
+
+
+def test_the_real_probe_sends_only_listening_sockets_not_every_connection() -> None:
+    # A router holds thousands of connections: its whole TCP table is megabytes a pass.
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(50)]
+    accepted = [server.accept()[0] for _ in clients]
+    try:
+        output = subprocess.run(
+            ["sh", "-s"], input=PROBE.read_text(), capture_output=True, text=True, timeout=60,
+            check=True,
+        ).stdout  # fmt: skip
+    finally:
+        for sock in (*clients, *accepted, server):
+            sock.close()
+    rows = split_sections(output)["listening"].text.splitlines()
+    assert rows and all(row.split()[3] == "0A" for row in rows), rows[:3]
+    assert port in facts_from_probe(output, NOW).listening_ports
