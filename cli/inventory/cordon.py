@@ -39,6 +39,7 @@ from typing import Literal
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode
 
 from cli.errors import InputError
+from cli.inventory.forms import SourceText, read_alone
 from cli.inventory.ini import (
     IniError,
     IniGroupVar,
@@ -48,7 +49,7 @@ from cli.inventory.ini import (
     remove_host_var,
     set_host_var,
 )
-from cli.inventory.load import Render, SourceText, inventory_from_texts, read_alone
+from cli.inventory.load import inventory_from_texts
 from cli.inventory.patterns import expand_host_pattern
 from cli.inventory.schema import NO_CORDON_REASON, Host
 from cli.inventory.splice import (
@@ -62,6 +63,7 @@ from cli.inventory.splice import (
     remove_key,
     set_key,
 )
+from cli.inventory.values import Render
 from cli.names import control_character
 
 KEY = "cordoned"

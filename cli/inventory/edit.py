@@ -27,19 +27,12 @@ from cli.inventory.cordon import (
     plan_uncordon,
     reason_problem,
 )
-from cli.inventory.load import (
-    Decrypt,
-    SourceText,
-    inventory_base,
-    is_vaulted,
-    load_inventory,
-    parse_sources,
-    read_sources,
-    vars_texts,
-)
+from cli.inventory.forms import SourceText, is_vaulted
+from cli.inventory.load import Decrypt, inventory_base, load_inventory, read_sources, vars_texts
 from cli.inventory.remove import Removal, plan_removal
 from cli.inventory.schema import Host, Inventory, changed_hosts
 from cli.inventory.splice import quote
+from cli.inventory.tree import parse_sources
 from cli.names import file_in
 
 

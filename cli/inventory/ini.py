@@ -1,7 +1,7 @@
 """Ansible's INI inventory form, read as ansible-core 2.19's ini plugin reads it.
 
-Pure: text in, a list of what the file declares out, in the order written; the loader
-(cli/inventory/load.py) applies it to the same groups and hosts a YAML source fills, so
+Pure: text in, a list of what the file declares out, in the order written; the tree
+(cli/inventory/tree.py) applies it to the same groups and hosts a YAML source fills, so
 precedence, group_vars/ and host_vars/ work alike for both forms. Followed as written in
 ansible/plugins/inventory/ini.py (InventoryModule._parse and the methods it calls):
 

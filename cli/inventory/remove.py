@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 from cli.errors import InputError
 from cli.inventory.cordon import Entry, FileEdit, InventoryTexts, locate
-from cli.inventory.load import SourceText, inventory_from_texts, read_alone
+from cli.inventory.forms import SourceText, read_alone
+from cli.inventory.load import inventory_from_texts
 from cli.inventory.schema import Host, changed_hosts
 from cli.inventory.splice import remove_key
 

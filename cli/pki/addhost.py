@@ -32,7 +32,8 @@ from cli.edges.templating import render_template
 from cli.errors import InputError
 from cli.inventory.cordon import FileEdit, InventoryTexts
 from cli.inventory.edit import read_texts, write_verified
-from cli.inventory.load import SourceText, inventory_from_texts, load_inventory, source_form
+from cli.inventory.forms import SourceText, source_form
+from cli.inventory.load import inventory_from_texts, load_inventory
 from cli.inventory.schema import DEFAULT_SSH_PORT, Host, Inventory, changed_hosts
 from cli.inventory.splice import (
     CTL_HEADER,

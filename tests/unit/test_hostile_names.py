@@ -13,7 +13,8 @@ import pytest
 from cli.catalog.load import parse_catalog
 from cli.errors import InputError
 from cli.facts.cache import FactsCache
-from cli.inventory.load import SourceText, inventory_from_texts, load_inventory
+from cli.inventory.forms import SourceText
+from cli.inventory.load import inventory_from_texts, load_inventory
 from cli.inventory.patterns import MAX_HOST_NAME, host_name_problem
 from cli.names import UnsafeNameError, file_in
 from cli.provision.plan.options import name_problem

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from cli.errors import InputError
-from cli.inventory.load import SourceText, inventory_from_texts, load_inventory
+from cli.inventory.forms import SourceText
+from cli.inventory.load import inventory_from_texts, load_inventory
 from cli.inventory.patterns import expand_host_pattern
 from cli.inventory.schema import NO_CORDON_REASON, Fabric, HostVars, Inventory, label_text
 

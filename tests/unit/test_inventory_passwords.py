@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from cli.facts.gather import Target, gather
-from cli.inventory.load import SourceText, inventory_from_texts
+from cli.inventory.forms import SourceText
+from cli.inventory.load import inventory_from_texts
 from cli.ops.fleet import node_targets
 from tests.ctl import ctl
 

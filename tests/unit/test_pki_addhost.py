@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from cli.errors import InputError
-from cli.inventory.load import SourceText, inventory_from_texts, load_inventory
+from cli.inventory.forms import SourceText
+from cli.inventory.load import inventory_from_texts, load_inventory
 from cli.pki.addhost import (
     NewHost,
     commit_host,
