@@ -7,12 +7,15 @@ import json
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from cli.routes.figures import METRICS
 from tests.ctl import ROOT, ctl
+from tests.integration.test_controller import Controller
 
 DOC = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
 PROMTOOL = shutil.which("promtool")
@@ -59,3 +62,35 @@ def test_the_documented_scrape_configuration_is_one_prometheus_takes(tmp_path: P
     checked = promtool("check", "config", str(tmp_path / "prometheus.yml"))
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "SUCCESS" in checked.stdout
+
+
+def test_the_documented_controller_command_writes_both_files(tmp_path: Path) -> None:
+    (command,) = [b for b in blocks("sh") if b.startswith("ctl reconcile --watch")]
+    program, *args = shlex.split(command)
+    assert program == "ctl"
+    targets, figures = tmp_path / "modelfleet-targets.json", tmp_path / "modelfleet.prom"
+    args = [
+        str(targets) if a == "/var/lib/prometheus/modelfleet-targets.json" else
+        str(figures) if a == "/var/lib/prometheus/node-exporter/modelfleet.prom" else a
+        for a in args
+    ]  # fmt: skip
+    assert str(targets) in args and str(figures) in args
+    # On the example snapshot, planning only: one pass, then SIGTERM.
+    controller = Controller(
+        tmp_path / "state", *args, "--dry-run", "--interval", "1s", "--catalog",
+        "examples/catalog.yaml", "--inventory", "examples/inventory", "--facts", "examples/facts",
+    )  # fmt: skip
+    try:
+        controller.wait_for("pass 1 done")
+        controller.process.send_signal(signal.SIGTERM)
+        code, _, err = controller.finish()
+    finally:
+        controller.kill()
+    assert code == 0, err
+    assert json.loads(targets.read_text())
+    assert "modelfleet_passes_total 1\n" in figures.read_text()
+
+
+def test_the_figures_table_names_every_metric_ctl_writes_with_its_type() -> None:
+    rows = re.findall(r"^\| `(modelfleet_[a-z_]+)` \| (gauge|counter) \|", DOC, re.MULTILINE)
+    assert dict(rows) == {name: kind for name, (kind, _) in METRICS.items()}
