@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from cli.engines.specs import ENGINE_SPECS
 from cli.routes.figures import METRICS
 from tests.ctl import ROOT, ctl
 from tests.integration.test_controller import Controller
@@ -94,3 +95,68 @@ def test_the_documented_controller_command_writes_both_files(tmp_path: Path) -> 
 def test_the_figures_table_names_every_metric_ctl_writes_with_its_type() -> None:
     rows = re.findall(r"^\| `(modelfleet_[a-z_]+)` \| (gauge|counter) \|", DOC, re.MULTILINE)
     assert dict(rows) == {name: kind for name, (kind, _) in METRICS.items()}
+
+
+DASHBOARD = ROOT / "examples" / "grafana" / "modelfleet.json"
+# What a query may name besides functions and keywords: ctl's figures, the engine gauges
+# the facts probe reads (cli/engines/specs.py), and Prometheus's own `up`.
+KNOWN = {
+    *METRICS,
+    *(
+        name
+        for spec in ENGINE_SPECS.values()
+        if spec.load_metrics is not None
+        for name in (spec.load_metrics.running, spec.load_metrics.waiting, spec.load_metrics.kv_use)
+        if name is not None
+    ),
+    "up",
+}
+KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "or", "and",
+            "unless", "offset", "bool"}  # fmt: skip
+
+
+def dashboard_queries() -> list[str]:
+    """Every expr of every panel, Grafana's `$model` as the regular expression `All` gives."""
+    document = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for panel in document["panels"] for t in panel["targets"]]
+    assert len(exprs) >= 7
+    return [expr.replace("$model", ".*") for expr in exprs]
+
+
+def metric_names(expr: str) -> set[str]:
+    bare = re.sub(r'"(?:[^"\\]|\\.)*"', "", expr)  # strings
+    bare = re.sub(r"\{[^}]*\}|\[[^\]]*\]", "", bare)  # label matchers, ranges
+    bare = re.sub(r"\b(?:by|without|on|ignoring)\s*\([^)]*\)", "", bare)  # groupings
+    names = set()
+    for match in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*(?=\s*(\(?))", bare):
+        if match.group(1) != "(" and match.group(0) not in KEYWORDS:
+            names.add(match.group(0))
+    return names
+
+
+def test_the_dashboard_names_only_metrics_ctl_writes_or_the_probe_reads() -> None:
+    used = set().union(*(metric_names(expr) for expr in dashboard_queries()))
+    assert used <= KNOWN, used - KNOWN
+    # Every figure the issue asks the dashboard for is on it.
+    for wanted in ("vllm:num_requests_waiting", "sglang:num_running_reqs",
+                   "vllm:kv_cache_usage_perc", "modelfleet_pass_duration_seconds",
+                   "modelfleet_replicas"):  # fmt: skip
+        assert wanted in used
+    # The reader is not blind: a name nobody writes is seen.
+    assert metric_names("sum by (model) (rate(vllm:made_up{model=~'x'}[5m]))") == {"vllm:made_up"}
+
+
+@needs_promtool
+def test_every_dashboard_query_is_promql_prometheus_parses(tmp_path: Path) -> None:
+    # promtool has no query parser of its own, but it parses each recording rule's expr.
+    def rules_file(name: str, exprs: list[str]) -> str:
+        rules = [{"record": f"dashboard_query_{i}", "expr": e} for i, e in enumerate(exprs)]
+        path = tmp_path / name
+        path.write_text(json.dumps({"groups": [{"name": "dashboard", "rules": rules}]}))
+        return str(path)  # JSON is YAML
+
+    checked = promtool("check", "rules", rules_file("rules.yml", dashboard_queries()))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "SUCCESS" in checked.stdout
+    broken = rules_file("broken.yml", ["sum by (model) (vllm:num_requests_waiting"])
+    assert promtool("check", "rules", broken).returncode != 0
