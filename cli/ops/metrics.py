@@ -29,7 +29,8 @@ def fleet_targets(
 ) -> list[TargetGroup]:
     """`table`: the routes as they are now (default: as the fleet's snapshot has them)."""
     addresses, _ = fleet.serving
-    table = table or route_table(catalog, fleet.snapshot, addresses)
+    if table is None:
+        table = route_table(catalog, fleet.snapshot, addresses)
     ports = {h.name: h.vars.modelfleet_node_exporter_port for h in fleet.inventory.hosts}
     return scrape_targets(table, fleet.snapshot, addresses, ports)
 
