@@ -25,6 +25,7 @@ from cli.commands import (
     provision,
     reconcile,
     routes,
+    targets,
     top,
 )
 from cli.commands.options import parse_duration
@@ -138,6 +139,7 @@ app.command("top")(top.top)
 app.command("facts")(facts.facts)
 app.command("reconcile")(reconcile.reconcile)
 app.command("routes")(routes.routes)
+app.command("targets")(targets.targets)
 app.command("drain")(reconcile.drain)
 app.command("cordon")(cordon.cordon)
 app.command("uncordon")(cordon.uncordon)

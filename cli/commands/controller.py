@@ -7,12 +7,14 @@ import contextlib
 import io
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 
 import typer
 
 from cli.inventory.load import Decrypt
 from cli.ops.controller import STOP, Aborted, PassRecord, lasting_sessions, unwritable, watch
+from cli.ops.metrics import Publisher, unwritable_file
 
 
 def run_controller(
@@ -23,8 +25,10 @@ def run_controller(
     log_format: str,
     catalog: Path,
     inventory: Path,
+    publisher: Publisher,
 ) -> int:
-    """Passes until a signal asks for a stop (0), or a second one aborts (128 + it)."""
+    """Passes until a signal asks for a stop (0), or a second one aborts (128 + it);
+    after each, `publisher` writes the files for Prometheus it was asked for."""
     from cli.commands.inputs import app_context
     from cli.ui import console
     from cli.ui.events import event_logger
@@ -33,6 +37,10 @@ def run_controller(
     why = unwritable(options.state)
     if why is not None:
         console.fail(f"{why}; point XDG_STATE_HOME at a directory ctl may write")
+    for path in (publisher.targets, publisher.textfile):
+        why = None if path is None else unwritable_file(path)
+        if why is not None:
+            console.fail(why)
     log = event_logger(log_format)
 
     def checked_pass(record: PassRecord) -> int:
@@ -50,9 +58,14 @@ def run_controller(
     # Each node's SSH session lasts from pass to pass: the passes read the context's pool.
     sessions = lasting_sessions()
     context.obj = replace(options, sessions=sessions)
+
+    def published(record: PassRecord, ended: datetime) -> list[str]:
+        code = record.exit_code if record.exit_code is not None else console.EXIT_INCOMPLETE
+        return publisher.publish(record.view, record.seconds or 0.0, code, ended)
+
     STOP.install()
     try:
-        return watch(checked_pass, interval, options.state, dry_run, log)
+        return watch(checked_pass, interval, options.state, dry_run, log, after=published)
     except Aborted as aborted:
         log("aborted", {"signal": str(aborted)})
         return 128 + aborted.signum

@@ -66,6 +66,24 @@ def reconcile(
             " (docs/controller.md).",
         ),
     ] = LogFormat.TEXT,
+    prometheus_sd: Annotated[
+        Path | None,
+        typer.Option(
+            "--prometheus-sd",
+            metavar="FILE",
+            help="With --watch: keep FILE the scrape targets as `ctl targets` prints them,"
+            " rewritten after a pass that changes them (docs/metrics.md).",
+        ),
+    ] = None,
+    metrics_textfile: Annotated[
+        Path | None,
+        typer.Option(
+            "--metrics-textfile",
+            metavar="FILE",
+            help="With --watch: write ctl's own figures to FILE after each pass, for the"
+            " node exporter's textfile collector (docs/metrics.md).",
+        ),
+    ] = None,
 ) -> None:
     """Start, rebuild, move and drain replicas until the fleet runs what the catalog asks.
 
@@ -78,7 +96,8 @@ def reconcile(
 
     With --watch, a pass every --interval until SIGTERM or SIGINT: the step under way
     finishes, what is left undone is said, exit code 0 (a second signal aborts at once).
-    Each pass writes last-pass.json in the state directory (docs/controller.md).
+    Each pass writes last-pass.json in the state directory (docs/controller.md), and
+    where asked the Prometheus targets and ctl's figures (docs/metrics.md).
 
     Exit code 0 when the fleet matches the catalog (with --dry-run: when the plan brings
     it there), 1 when something could not be done (a replica unplaceable or failed, a
@@ -91,6 +110,10 @@ def reconcile(
         console.fail("--facts reads a snapshot: use it with --dry-run; applying needs live facts")
     if as_json and watch:
         console.fail("--json prints one document for one pass: not with --watch")
+    if (prometheus_sd or metrics_textfile) and not watch:
+        console.fail(
+            "--prometheus-sd and --metrics-textfile are kept by the controller: with --watch"
+        )
     pause = parse_duration(interval).total_seconds()
     if not watch:
         code = reconcile_pass(
@@ -106,9 +129,13 @@ def reconcile(
         )  # fmt: skip
 
     from cli.commands.controller import run_controller
+    from cli.ops.metrics import Publisher
 
+    publisher = Publisher(prometheus_sd, metrics_textfile)
     raise SystemExit(
-        run_controller(context, one_pass, pause, dry_run, str(log_format), catalog, inventory)
+        run_controller(
+            context, one_pass, pause, dry_run, str(log_format), catalog, inventory, publisher
+        )
     )
 
 
@@ -199,10 +226,13 @@ def reconcile_pass(
     assert result.plan is not None and result.fleet is not None  # a whole pass always plans
     if record is not None:
         from cli.ops.controller import note_outcome, note_plan
+        from cli.ops.metrics import pass_view
 
         note_plan(record, result.plan, result.fleet)
-        if result.applied is not None:
-            note_outcome(record, result.applied.outcome)
+        outcome = None if result.applied is None else result.applied.outcome
+        if outcome is not None:
+            note_outcome(record, outcome)
+        record.view = pass_view(request.catalog, result.fleet, result.plan, outcome)
     if result.refused is not None:
         return console.EXIT_INCOMPLETE
     if as_json:

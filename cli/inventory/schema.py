@@ -166,6 +166,10 @@ class HostVars(Strict):
     ) = None
     # Hosts besides the hub endpoint's that a catalog's https:// source may send its token
     # to (a mirror of plain files, say); compared by host name, any port. None but these.
+    # The port this node's Prometheus node exporter listens on (Debian's
+    # prometheus-node-exporter: 9100); `ctl targets` names it when the node's facts show
+    # something listening there. None: 9100.
+    modelfleet_node_exporter_port: int | None = Field(default=None, ge=1, le=65535)
     modelfleet_token_hosts: Annotated[
         tuple[Annotated[str, BeforeValidator(token_host)], ...],
         BeforeValidator(_none_is_no_items),

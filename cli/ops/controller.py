@@ -36,6 +36,7 @@ from cli.edges.ssh import SessionPool
 from cli.ops.fleet import Fleet
 from cli.reconcile.apply import Outcome
 from cli.reconcile.planner import Plan
+from cli.routes.figures import PassView
 
 LAST_PASS = "last-pass.json"
 # Descriptors left beside the kept sessions: the gather's new logins, playbook runs, files.
@@ -100,6 +101,9 @@ class PassRecord:
     could_not: list[str] = field(default_factory=list)  # what failed or waits, and why
     left_undone: list[str] = field(default_factory=list)  # not begun: ctl was stopping
     error: str | None = None  # why the pass did not run (bad input, a failure of ctl's own)
+    # The targets and figures as the pass left the fleet, for Prometheus (cli/ops/metrics.py);
+    # None: the pass did not plan.
+    view: PassView | None = field(default=None, repr=False)
 
     def document(self) -> dict[str, Any]:
         return {
@@ -203,11 +207,13 @@ def watch(
     log: Event,
     stop: StopRequest = STOP,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    after: Callable[[PassRecord, datetime], list[str]] = lambda _record, _ended: [],
 ) -> int:
     """Run a pass every `interval` seconds until asked to stop; 0 then.
 
     `run_pass` fills in its record and returns its exit code; whatever it raises (bar an
-    abort) is that pass's error, and the loop goes on."""
+    abort) is that pass's error, and the loop goes on. `after` is given each pass's record
+    once it is complete, with the time it ended, and says what it could not do."""
     number = 0
 
     def say_stopping() -> None:  # at once, not when the step under way ends
@@ -232,10 +238,11 @@ def watch(
             record.exit_code = 1
             record.error = _one_line(error)
         record.seconds = time.monotonic() - began
+        problems = after(record, clock())
         why = _save(record, state)
         log("pass", record.document())
-        if why is not None:
-            log("error", {"message": why})
+        for problem in [*([why] if why is not None else []), *problems]:
+            log("error", {"message": problem})
         if stop.wait(interval):
             break
     saying.join(timeout=5)  # "stopping" before "stopped"

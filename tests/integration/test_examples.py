@@ -51,6 +51,10 @@ def test_every_example_file_is_loaded_by_this_test() -> None:
     assert unit["Service"]["ExecStart"] and env
     loaded |= {EXAMPLES / "systemd" / "modelfleet-controller.service"}
     loaded |= {EXAMPLES / "systemd" / "controller.env"}
+    # The Grafana dashboard (its queries: tests/integration/test_metrics_docs.py).
+    dashboard = json.loads((EXAMPLES / "grafana" / "modelfleet.json").read_text())
+    assert dashboard["uid"] == "modelfleet" and dashboard["panels"]
+    loaded.add(EXAMPLES / "grafana" / "modelfleet.json")
     every_file = {p for p in EXAMPLES.rglob("*") if p.is_file()}
     assert every_file == loaded
     assert len(catalog.models) == 8

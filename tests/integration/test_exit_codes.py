@@ -250,6 +250,9 @@ SCENARIOS: dict[tuple[str, int], Args] = {
         w.live(False),
     ),
     ("drain", 2): lambda w: ("drain", "nosuch", "--dry-run", "--inventory", w.inventory_copy()),
+    ("targets", 0): lambda w: ("targets", *EXAMPLE_CATALOG, *w.hgx2()),
+    ("targets", 1): lambda w: ("targets", *EXAMPLE_CATALOG, *EXAMPLE_FLEET),
+    ("targets", 2): lambda w: ("targets", *EXAMPLE_CATALOG, "--inventory", str(w.tmp / "nowhere")),
     ("routes", 0): lambda w: ("routes", "--catalog", w.file("chat.yaml", CHAT), *w.hgx2()),
     ("routes", 1): lambda w: ("routes", *EXAMPLE_CATALOG, *EXAMPLE_FLEET),
     ("routes", 2): lambda w: ("routes", "--catalog", str(w.tmp / "no.yaml"), *EXAMPLE_FLEET),
@@ -378,8 +381,9 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd | None]:
 HELPS = {name: command.help or "" for name, command in commands().items()}
 # Commands whose every documented code is run here (the others' are held ELSEWHERE).
 HELD_HERE = (
-    "place", "nodes", "top", "facts", "reconcile", "drain", "routes", "cordon", "uncordon",
-    "catalog check", "ca init", "keys create", "keys list", "keys revoke", "keys rotate",
+    "place", "nodes", "top", "targets", "facts", "reconcile", "drain", "routes", "cordon",
+    "uncordon", "catalog check", "ca init", "keys create", "keys list", "keys revoke",
+    "keys rotate",
 )  # fmt: skip
 
 

@@ -76,6 +76,7 @@ def test_the_sample_shows_every_setting_the_playbooks_read_from_the_inventory() 
         "modelfleet_router_relays",
         "modelfleet_router_relay_port",
         "modelfleet_router_served",
+        "modelfleet_router_keys",
     }
     assert len(read - passed_by_ctl) == 18  # become, 2 health, 15 router settings
     sample = "".join(path.read_text() for path in SAMPLE.rglob("*.yml"))

@@ -129,4 +129,4 @@ def test_the_real_probe_sends_only_listening_sockets_not_every_connection() -> N
             sock.close()
     rows = split_sections(output)["listening"].text.splitlines()
     assert rows and all(row.split()[3] == "0A" for row in rows), rows[:3]
-    assert port in facts_from_probe(output, NOW).listening_ports
+    assert port in (facts_from_probe(output, NOW).listening_ports or ())
