@@ -189,8 +189,9 @@ class SimulatedFleet:
     def login(
         self, address: str, port: int, user: str | None, key_file: Path | None,
         host_keys: Sequence[paramiko.PKey], connect_timeout: float,
+        proxy: ssh_edge.Proxy | None = None, known: ssh_edge.KnownHosts | None = None,
     ) -> Any:  # fmt: skip
-        del port, user, key_file, connect_timeout
+        del port, user, key_file, connect_timeout, proxy, known
         if not host_keys:  # as the real login refuses a node known_hosts does not name
             raise ssh_edge.NodeError(f"{address} not in known_hosts")
         with self._lock:
