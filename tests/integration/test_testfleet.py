@@ -21,6 +21,7 @@ from cli.facts.parse import (
 )
 from cli.facts.sections.infiniband import parse_infiniband
 from cli.inventory.load import load_inventory
+from cli.pki.paths import PKI_DIR
 from tests import testfleet as fleet_script
 from tests.ctl import ctl_environment
 from tests.fakes import nvidia_smi
@@ -264,8 +265,12 @@ def test_one_node_stops_and_starts_while_the_others_stay_up(fleet_exclusive: Liv
 
 
 DOCS_STATE = Path("/var/tmp/modelfleet-testfleet")
+# The docs start from bare nodes: no replica and no certificate. A run killed inside
+# test_fleet_tls once left two nodes a 50-minute certificate, which the shared fleet kept
+# and `ctl nodes` then rightly showed as expired.
 CLEAN_UNITS = (
-    "for unit in $(systemctl list-units 'modelfleet-*-rank*' --all --plain --no-legend"
+    f"rm -rf {PKI_DIR};"
+    " for unit in $(systemctl list-units 'modelfleet-*-rank*' --all --plain --no-legend"
     ' | awk \'{print $1}\'); do systemctl kill -s KILL "$unit"; systemctl stop "$unit";'
     " done; rm -f /etc/systemd/system/modelfleet-*-rank*.service /etc/modelfleet/shards/*"
     " /var/lib/modelfleet/shards/*; systemctl daemon-reload; systemctl reset-failed"
