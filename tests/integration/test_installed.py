@@ -38,6 +38,7 @@ PLAYBOOKS = {
     "library/modelfleet_verify.py",
     "callback_plugins/modelfleet_events.py",
     "files/modelfleet_router_tls.py",
+    "files/modelfleet_router_keys.py",
 }
 IN_WHEEL = "cli/_data/playbooks/"
 
