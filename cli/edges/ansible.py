@@ -34,7 +34,7 @@ from cli.edges.tools import ansible_command
 # CPU, so more forks finish sooner until the control host's CPU is the bound: Ansible
 # spends about 0.5 s of it a node for a start or a stop of shards (64 nodes: 30-40 s of
 # CPU, under a minute on two cores). Measured on 64 test-fleet nodes sharing the control
-# host's two cores (docs/scale.md): 64 forks against 32, a wash, each CPU-bound.
+# host's two cores (docs/scale.md): 64, 32 and 16 forks, a wash, each CPU-bound.
 MAX_FORKS = 64
 
 # What ansible-playbook may inherit from ctl's environment: where programs are, whose home
