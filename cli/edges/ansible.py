@@ -30,6 +30,11 @@ import yaml
 from cli.edges.files import atomic_write
 from cli.edges.tools import ansible_command
 
+# Forks: one a host of the run, up to 64. A host's tasks wait on its network and its own
+# CPU, so more forks finish sooner until the control host's CPU is the bound: Ansible
+# spends about 0.5 s of it a node for a start or a stop of shards (64 nodes: 30-40 s of
+# CPU, under a minute on two cores). Measured on 64 test-fleet nodes sharing the control
+# host's two cores (docs/scale.md): 64, 32 and 16 forks, a wash, each CPU-bound.
 MAX_FORKS = 64
 
 # What ansible-playbook may inherit from ctl's environment: where programs are, whose home
@@ -163,6 +168,8 @@ def run_playbook(
             # The fleet's known_hosts, strictly; an inventory's ansible_ssh_common_args wins.
             "ANSIBLE_SSH_COMMON_ARGS": f"-o UserKnownHostsFile={known_hosts}"
             " -o StrictHostKeyChecking=yes",
+            # A task's module goes to the node's python on ssh's stdin, not copied there first:
+            # one ssh operation a task instead of several.
             "ANSIBLE_PIPELINING": "True",
             "ANSIBLE_RETRY_FILES_ENABLED": "False",
             "ANSIBLE_NOCOLOR": "1",

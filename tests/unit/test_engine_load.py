@@ -247,13 +247,13 @@ def test_an_engine_that_did_not_answer_has_an_unknown_load_that_says_why() -> No
 # --------------------------------------------------------------------------- the real probe
 
 
-def _run_probe(shard_dir: Path) -> str:
+def _run_probe(shard_dir: Path, path: str = "/usr/bin:/bin") -> str:
     done = subprocess.run(
         ["sh", "-s", "--", str(shard_dir / "no-store")],
         input=PROBE.read_text(),
         capture_output=True,
         text=True,
-        env={**os.environ, "MODELFLEET_SHARD_DIR": str(shard_dir), "PATH": "/usr/bin:/bin"},
+        env={**os.environ, "MODELFLEET_SHARD_DIR": str(shard_dir), "PATH": path},
         timeout=60,
         check=True,
     )
@@ -354,3 +354,25 @@ def test_an_engines_text_cannot_end_the_section_or_hold_the_probe(tmp_path: Path
     assert evil.note is not None and "not in the Prometheus text format" in evil.note
     assert loads["slow-1"].note == "its /metrics was not read: 'error TimeoutError'"
     assert json.loads(facts.model_dump_json())["replica_load"] is not None
+
+
+def test_the_probe_starts_python3_only_on_a_node_with_shard_records(tmp_path: Path) -> None:
+    # python3's start was half of the probe's CPU on a node (docs/scale.md): a node with no
+    # replica has no engine to ask, and its probe must not pay it.
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    started = tmp_path / "python3-started"
+    (shim / "python3").write_text(f'#!/bin/sh\n: >> {started}\nexec /usr/bin/python3 "$@"\n')
+    (shim / "python3").chmod(0o755)
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    output = _run_probe(shards, f"{shim}:/usr/bin:/bin")
+    facts = facts_from_probe(output, NOW)
+    assert not started.exists()
+    assert split_sections(output)["metrics"].status == 0
+    assert facts.replica_load == ()
+    _write_record(shards, "gone-1", free_port())  # a record: now its engine is asked
+    output = _run_probe(shards, f"{shim}:/usr/bin:/bin")
+    assert started.exists()
+    loads = facts_from_probe(output, NOW).replica_load
+    assert loads is not None and [load.replica for load in loads] == ["gone-1"]
