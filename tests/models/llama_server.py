@@ -10,8 +10,10 @@ pool runs instead), no web UI (its assets would be downloaded). 14 minutes of CP
 wall time measured on two cores with a load average of 7 to 10), once: the result is kept in
 ${MODELFLEET_LLAMA_DIR:-/var/tmp/modelfleet-llama/VERSION} (`bin/llama-server`, the
 vocabularies in `models/`, `help.txt`: the binary's `--help`), and later runs and other
-clones reuse it. The tests only look for it (`installed_llama_server()`): a build of that
-length inside a test's time would make the test's outcome the machine's load.
+clones reuse it, unless it was made with other cmake options (recorded in
+`cmake-options.txt`) or without TLS: then it is built again. The tests only look for it
+(`installed_llama_server()`): a build of that length inside a test's time would make the
+test's outcome the machine's load.
 
 Standard library only: .ci/run runs it before the project's dependencies are installed.
 """
@@ -33,6 +35,11 @@ VERSION = "0.3.36"
 DIR_ENV = "MODELFLEET_LLAMA_DIR"
 # Written last: a directory without it is a half-made one, made again.
 COMPLETE = "modelfleet-complete"
+# The options a build was configured with; a build with others is made again.
+OPTIONS_FILE = "cmake-options.txt"
+# Only in a server built without OpenSSL (tools/server/server-http.cpp), which cmake allows
+# quietly: LLAMA_OPENSSL=ON without libssl-dev warns "HTTPS support disabled" and goes on.
+WITHOUT_TLS = b"the server is built without SSL support"
 CMAKE_OPTIONS = (
     "-DCMAKE_BUILD_TYPE=Release",
     "-DBUILD_SHARED_LIBS=OFF",
@@ -71,6 +78,33 @@ def cache_dir() -> Path:
     return Path(os.environ.get(DIR_ENV, str(default)))
 
 
+def _built_with(root: Path) -> list[str]:
+    """The cmake options the build in `root` was configured with."""
+    recorded = root / OPTIONS_FILE
+    if recorded.exists():
+        return recorded.read_text().split()
+    # A build from before they were recorded: its configure step, as its log says it.
+    try:
+        log = (root / "build.log").read_text(errors="replace")
+    except OSError:
+        return []
+    for line in log.splitlines():
+        words = line.split()
+        if words[:1] == ["$"] and "cmake" in words and "-S" in words:
+            return [word for word in words if word.startswith("-D")]
+    return []
+
+
+def stale(root: Path) -> str | None:
+    """Why the finished build in `root` is not the one this module makes; None if it is."""
+    built_with = _built_with(root)
+    if built_with != list(CMAKE_OPTIONS):
+        return f"configured with other cmake options ({' '.join(built_with) or 'unknown'})"
+    if WITHOUT_TLS in LlamaServer(root).binary.read_bytes():
+        return "built without TLS (cmake found no OpenSSL: apt-get install libssl-dev)"
+    return None
+
+
 def installed_llama_server() -> LlamaServer:
     """The finished build; raises RuntimeError saying how to make it."""
     root = cache_dir()
@@ -78,6 +112,12 @@ def installed_llama_server() -> LlamaServer:
         raise RuntimeError(
             f"llama-server {VERSION} for the tests is not built in {root}:"
             " scripts/build_llama_server builds it (14 minutes of CPU, once per machine)"
+        )
+    why = stale(root)
+    if why is not None:
+        raise RuntimeError(
+            f"llama-server {VERSION} in {root} was {why}:"
+            " scripts/build_llama_server builds it again"
         )
     return LlamaServer(root)
 
@@ -136,14 +176,19 @@ def _unpack(archive: Path, work: Path) -> Path:
 def build_llama_server(keep_work: bool = False) -> LlamaServer:
     """The build, made if it is not there yet; raises RuntimeError saying why not."""
     root = cache_dir()
-    if (root / COMPLETE).exists():
+    if (root / COMPLETE).exists() and stale(root) is None:
         _say(f"llama-server {VERSION} already built: {root / 'bin' / 'llama-server'}")
         return LlamaServer(root)
     root.mkdir(parents=True, exist_ok=True)
     with (root.parent / f"{root.name}.lock").open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (root / COMPLETE).exists():
-            return LlamaServer(root)
+            why = stale(root)
+            if why is None:
+                return LlamaServer(root)
+            _say(f"building again: the build in {root} was {why}")
+            (root / COMPLETE).unlink()
+            shutil.rmtree(root / "work" / "build", ignore_errors=True)  # cmake's old cache
         for tool in ("cmake", "c++"):
             if shutil.which(tool) is None:
                 raise RuntimeError(f"no {tool}: apt-get install cmake g++ libssl-dev")
@@ -158,6 +203,11 @@ def build_llama_server(keep_work: bool = False) -> LlamaServer:
         compiling = time.monotonic()
         _run(_nice(["cmake", "--build", str(build), "--target", "llama-server", "-j", JOBS]), log)
         built = build / "bin" / "llama-server"
+        if WITHOUT_TLS in built.read_bytes():
+            raise RuntimeError(
+                "llama-server was built without TLS: cmake found no OpenSSL"
+                f" (apt-get install libssl-dev; log: {log})"
+            )
         server = LlamaServer(root)
         server.binary.parent.mkdir(exist_ok=True)
         shutil.copy2(built, server.binary)
@@ -178,6 +228,7 @@ def build_llama_server(keep_work: bool = False) -> LlamaServer:
             f" {os.cpu_count()} CPUs, {JOBS} jobs under nice 19)"
         )
         (root / "build-time.txt").write_text(summary + "\n")
+        (root / OPTIONS_FILE).write_text("\n".join(CMAKE_OPTIONS) + "\n")
         if not keep_work:
             shutil.rmtree(work)
         (root / COMPLETE).touch()
