@@ -15,6 +15,10 @@ starting from the fleet the step before left:
 3. a llama-server killed with SIGKILL on its node is found failed by the next `ctl
    reconcile`, stopped, and rebuilt once its backoff has passed; it answers again;
 4. an empty catalog stops everything.
+
+And with TLS (issue 31, point 8): the real server started with the node's certificate,
+checked by the router against the CA, and replaced new copy first when the certificate is
+renewed, under a client that counts its requests.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import hashlib
 import json
 import re
 import shlex
+import ssl
 import subprocess
 import threading
 import time
@@ -30,19 +35,24 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from cli.facts.model import store_directory
+from cli.pki.paths import CA_PATH, NODE_CERT_PATH, NODE_KEY_PATH, PKI_DIR
 from tests.ctl import ctl as run_ctl
 from tests.fakes.hub import run_hub
 from tests.integration.conftest import LiveFleet
 from tests.integration.test_fleet_reconcile import CLEAN, Ctl, install_standin
 from tests.integration.test_fleet_routes import KEY, PORT, ROUTER, with_router
+from tests.integration.test_fleet_tls import curl, install_pki, node_serial
 from tests.models.llama_server import LlamaServer, installed_llama_server
 from tests.models.tiny_gguf import write_tiny_llama
 from tests.testfleet.router import stop_router
+from tests.tlsfiles import issue, make_ca
+from tests.unit.test_standin_tls import served_serial
 
 pytestmark = pytest.mark.fleet
 
@@ -179,10 +189,16 @@ def _replica(ctl: Ctl, model: str) -> tuple[str, str, str, int]:
     return replica, node, str(record.unit), record.port or 0
 
 
-def _direct(fleet: LiveFleet, node: str, port: int, path: str) -> tuple[int, str]:
-    url = f"http://{fleet.address(node)}:{port}{path}"
+def _direct(
+    fleet: LiveFleet, node: str, port: int, path: str, ca: Path | None = None
+) -> tuple[int, str]:
+    """A GET to a replica itself: over HTTPS, checked against `ca`, when given."""
+    scheme, context = (
+        ("https", ssl.create_default_context(cafile=str(ca))) if ca else ("http", None)
+    )
+    url = f"{scheme}://{fleet.address(node)}:{port}{path}"
     try:
-        with urllib.request.urlopen(url, timeout=10) as response:
+        with urllib.request.urlopen(url, timeout=10, context=context) as response:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode()
@@ -331,3 +347,111 @@ def test_the_real_llama_server_starts_on_weights_staged_from_http_and_a_move_sta
         finally:
             for name in fleet.names[:3]:
                 fleet.ssh(name, "rm", "-rf", "/var/lib/modelfleet/models", timeout=60)
+
+
+TINY_ONLY = CATALOG.split("  tiny-embed:", maxsplit=1)[0]
+
+
+def test_the_real_llama_server_serves_the_nodes_certificate_and_is_replaced_after_a_renewal(
+    real_llama_nodes: LiveFleet, tmp_path: Path
+) -> None:
+    """Issue 31, point 8, in one pass of a client through the router:
+
+    1. with a certificate on every node, `ctl reconcile` starts the real llama-server with
+       `--ssl-key-file`/`--ssl-cert-file`; it serves the node's certificate, which curl
+       refuses without the CA and takes with it, and the router reaches it over https,
+       checking it against the CA;
+    2. ctl beside the CA renews the certificates (two thirds through their lives) while a
+       client asks the router in a loop; llama-server reads its certificate once, so the
+       next pass replaces the replica new copy first: not one request fails, and the new
+       replica serves the renewed certificate.
+    """
+    fleet = real_llama_nodes
+    nodes = fleet.names[:3]
+    ca = make_ca(tmp_path / "ca", "real llama-server tls test")
+    ctl = Ctl(fleet, tmp_path, TINY_ONLY)
+    with_router(ctl, fleet)
+    began = time.monotonic()
+    try:
+        # 45 minutes into a 50-minute life: valid, and past two thirds of it.
+        forty_minutes_ago = datetime.now(UTC) - timedelta(minutes=40)
+        first = {
+            node: issue(ca, tmp_path / node, node, (fleet.address(node),),
+                        validity=timedelta(minutes=50), issued_at=forty_minutes_ago)
+            for node in nodes
+        }  # fmt: skip
+        for node, tls in first.items():
+            install_pki(fleet, node, tls)
+
+        # 1. The real server, on the node's certificate, checked by the router.
+        result = ctl("reconcile")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "deploy_router.yml: exit 0" in result.stderr, result.stderr
+        replica, node, unit, port = _replica(ctl, "tiny")
+        exec_start = fleet.ssh(node, "systemctl", "show", "-p", "ExecStart", "--value", unit)
+        tls_options = f" --ssl-key-file {NODE_KEY_PATH} --ssl-cert-file {NODE_CERT_PATH} "
+        assert tls_options in exec_start.stdout, exec_start.stdout
+        url = f"https://{fleet.address(node)}:{port}/health"
+        refused = curl(url)
+        assert refused.returncode == 60, refused.stdout + refused.stderr  # peer cert unverified
+        assert curl(url, "--cacert", str(ca.cert_path)).stdout == "200"
+        assert _direct(fleet, node, port, "/health", ca.cert_path) == (200, '{"status":"ok"}')
+        status, props = _direct(fleet, node, port, "/props", ca.cert_path)  # llama.cpp's own
+        assert status == 200 and MODEL_PATH in props, props
+        assert served_serial(port, ca.cert_path, fleet.address(node)) == first[node].serial
+        routes = ctl("routes", "--json")
+        (model,) = json.loads(routes.stdout)["models"]
+        assert [e["url"] for e in model["endpoints"]] == [
+            f"https://{fleet.address(node)}:{port}/v1"
+        ], routes.stdout
+        # The router's relay to the replica checks it against the fleet's CA, for its node.
+        relay = fleet.ssh(ROUTER, "cat", "/etc/modelfleet/router/haproxy.cfg").stdout
+        checked = f" {fleet.address(node)}:{port} check ssl verify required ca-file {CA_PATH}"
+        assert f"{checked} verifyhost {node} " in relay, relay
+        assert chat(fleet, "small")[1] == replica
+        print(f"started on TLS, router deployed: {time.monotonic() - began:.0f} s")
+
+        # 2. Renewed under a client: the replica is replaced new copy first.
+        client = Client(fleet, "small")
+        loop = threading.Thread(target=client.run)
+        loop.start()
+        time.sleep(2)
+        renewing = run_ctl(
+            *ctl.arguments("reconcile"),
+            env=ctl.environment | {"MODELFLEET_CA_DIR": str(ca.directory)},
+            timeout=600,
+        )
+        renewed = {name: node_serial(fleet, name) for name in nodes}
+        print(f"renewed: {time.monotonic() - began:.0f} s")
+        replaced = ctl("reconcile")
+        time.sleep(2)
+        client.stop.set()
+        loop.join(timeout=60)
+        new_replica, new_node, _, new_port = _replica(ctl, "tiny")
+        report = (
+            f"renewal: {client.sent} requests, {len(client.failures)} failed"
+            f" {client.failures[:3]}, answered by {client.answered_by},"
+            f" slowest {client.slowest:.1f} s; the whole test {time.monotonic() - began:.0f} s"
+        )
+        print(report)
+        assert renewing.returncode == 0, renewing.stdout + renewing.stderr
+        said = renewing.stdout + renewing.stderr
+        for name in nodes:
+            assert renewed[name] != first[name].serial, said
+            assert f"renewed {name}: certificate {renewed[name]}" in said, said
+        assert replaced.returncode == 0, replaced.stdout + replaced.stderr
+        assert "serves the node's certificate from before its renewal" in replaced.stdout
+        assert new_replica != replica, replaced.stdout
+        assert client.failures == [], report
+        assert set(client.answered_by) == {replica, new_replica}, report
+        assert client.sent >= 20, report
+        ((_, record),) = ctl.shards()[new_replica]
+        assert record.certificate == renewed[new_node]
+        served = served_serial(new_port, ca.cert_path, fleet.address(new_node))
+        assert served == renewed[new_node]
+        assert chat(fleet, "small")[1] == new_replica
+    finally:
+        # The replicas go with real_llama_nodes' clean-up; the certificates here.
+        stop_router(fleet, ROUTER)
+        for name in nodes:
+            fleet.ssh(name, f"rm -rf {PKI_DIR}")
