@@ -441,11 +441,12 @@ def run(fleet: testfleet.Fleet, s: Settings, scratch: Path) -> dict[str, Any]:
         up_decision = next(
             (d for d in controller.decisions() if d.change > 0 and d.at >= step.start), None
         )
+        time.sleep(s.hold)
+        # The pass that started it ends once the router serves it: after its first answers.
         started = next(
             (p for p in controller.passes()
              if p.at >= step.start and f"started {answered.replica}" in p.did), None,
         )  # fmt: skip
-        time.sleep(s.hold)
         phase("hold", s.clients)
         time.sleep(s.hold)
         for cycle in range(1, s.cycles + 1):
