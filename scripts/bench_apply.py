@@ -57,6 +57,7 @@ from cli.shards.units import ShardFiles
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests import testfleet
 from tests.fakes.standin_install import INSTALL_FLAG_DATA, flag_data_tar
+from tests.testfleet.engines import REMOVE_REPLICAS
 
 ROOT = Path(__file__).resolve().parents[1]
 CATALOG = ROOT / "examples" / "testfleet" / "bench-catalog.yaml"
@@ -66,12 +67,7 @@ ENGINE = ROOT / "tests" / "fakes" / "engine.py"
 NODES = 8
 GOAL = 3.0
 
-CLEAN = (
-    "for unit in $(systemctl list-units 'modelfleet-*-rank*' --all --plain --no-legend"
-    ' | awk \'{print $1}\'); do systemctl kill -s KILL "$unit"; systemctl stop "$unit";'
-    " done; rm -f /etc/systemd/system/modelfleet-*-rank*.service /etc/modelfleet/shards/*"
-    " /var/lib/modelfleet/shards/*; systemctl daemon-reload; systemctl reset-failed"
-)
+CLEAN = REMOVE_REPLICAS
 INSTALL = (
     "set -e; install -d /usr/local/lib/python3.11/dist-packages/sglang /etc/modelfleet-fake;"
     " cat > /usr/local/bin/vllm; chmod 755 /usr/local/bin/vllm;"

@@ -38,17 +38,11 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests import testfleet
 from tests.fakes.hub import Hub, run_hub
-from tests.testfleet.engines import install_engines
+from tests.testfleet.engines import REMOVE_REPLICAS, install_engines
 
 ROOT = Path(__file__).resolve().parents[1]
 NODES = 3
-CLEAN = (
-    "for unit in $(systemctl list-units 'modelfleet-*-rank*' --all --plain --no-legend"
-    ' | awk \'{print $1}\'); do systemctl kill -s KILL "$unit"; systemctl stop "$unit";'
-    " done; rm -f /etc/systemd/system/modelfleet-*-rank*.service /etc/modelfleet/shards/*"
-    " /var/lib/modelfleet/shards/*; systemctl daemon-reload; systemctl reset-failed;"
-    " rm -rf /var/lib/modelfleet/models /root/.cache/llama.cpp"
-)
+CLEAN = REMOVE_REPLICAS + "; rm -rf /var/lib/modelfleet/models /root/.cache/llama.cpp"
 
 
 def on_nodes(fleet: testfleet.Fleet, script: str) -> None:

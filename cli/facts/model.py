@@ -127,6 +127,10 @@ class ShardRecord(Strict):
     # The serial of the node certificate its engine was started with, serving TLS; None:
     # plain HTTP. An engine that cannot reload its certificate is restarted after a renewal.
     certificate: str | None = Field(default=None, max_length=64)
+    # The address its engine listens on where that is not every address (the node's
+    # listen_address): the probe asks its /metrics there. None: every address (the probe
+    # asks over loopback), or a record from before ctl said it.
+    listen: str | None = Field(default=None, max_length=64)
 
     @property
     def holds(self) -> bool:

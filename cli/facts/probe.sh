@@ -193,8 +193,9 @@ fi
 end shards 0
 
 # The load of each replica whose rank 0 runs here: its engine's /metrics, asked over
-# loopback by python3 (which Ansible needs on every node anyway; without it the section
-# ends 127 and the load is unknown). HTTP/1.0 on a raw socket so that a slow or endless
+# loopback, or at the address its record says the engine listens on (the node's
+# listen_address; an IP address, never a name to look up), by python3 (which Ansible
+# needs on every node anyway; without it the section ends 127 and the load is unknown). HTTP/1.0 on a raw socket so that a slow or endless
 # answer is cut by the clock and the size, never the probe's own timeout: 2 s and 256 KiB
 # a replica, 6 s in all. Every body line is marked "|", and the characters Python's
 # splitlines() breaks on are replaced, so that no engine's text can end this section.
@@ -218,13 +219,15 @@ for path in sorted(glob.glob(os.path.join(shard_dir, "*.json")))[:1024]:
         replica, port = str(record["replica"]), record["port"]
         if record.get("rank") != 0 or type(port) is not int or not plain.fullmatch(replica):
             continue
+        host = record.get("listen") or "127.0.0.1"
     except Exception:
         continue
     ends = min(deadline, time.monotonic() + each)
     try:
         if ends <= time.monotonic():
             raise TimeoutError("no time left")
-        sock = socket.create_connection(("127.0.0.1", port), timeout=ends - time.monotonic())
+        socket.inet_pton(socket.AF_INET6 if ":" in host else socket.AF_INET, host)
+        sock = socket.create_connection((host, port), timeout=ends - time.monotonic())
         if record.get("certificate"):
             context = ssl.create_default_context(cafile=os.path.join(pki_dir, "ca.pem"))
             context.check_hostname = False

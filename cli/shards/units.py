@@ -139,9 +139,9 @@ def shard_files(
 ) -> ShardFiles:
     """`certificate`: the serial of the node's certificate where its shards serve TLS
     (a rank 0 only serves: it alone gets the files and says the serial in its record)."""
+    specific = place.listen not in ("0.0.0.0", "::")
     if place.host_ip is None:
         # The rank's own address for the engine (VLLM_HOST_IP): where it serves.
-        specific = place.listen not in ("0.0.0.0", "::")
         place = replace(place, host_ip=place.listen if specific else address)
     unit = unit_name(replica, place.rank)
     unit_path, env_path, record_path = shard_paths(replica, place.rank)
@@ -190,6 +190,8 @@ def shard_files(
     }
     if tls:
         record["certificate"] = certificate
+    if specific:  # not on loopback: where the probe asks it for its load
+        record["listen"] = place.listen
     return ShardFiles(
         node=node,
         replica=replica,

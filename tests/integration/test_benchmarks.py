@@ -138,6 +138,7 @@ def test_bench_stage_downloads_once_per_node_and_never_to_a_holder(
     assert tuple(node.name for node, _ in configured) == fleet_exclusive.names
 
 
+@pytest.mark.fleet
 def test_bench_watch_runs_no_playbook_for_nothing_and_replaces_a_cut_nodes_replicas(
     fleet_exclusive: LiveFleet,
 ) -> None:
@@ -157,6 +158,54 @@ def test_bench_watch_runs_no_playbook_for_nothing_and_replaces_a_cut_nodes_repli
     assert figures["memory"]["passes"] == 20 and figures["memory"]["exit_code"] == 0
     configured = fleet_script.status(fleet_exclusive.state_dir)
     assert all(state == "up" for _, state in configured)
+
+
+@pytest.mark.fleet
+def test_bench_autoscale_adds_a_replica_for_a_step_and_takes_it_away_only_after_its_window(
+    fleet_exclusive: LiveFleet,
+) -> None:
+    figures = bench("bench_autoscale.py", "--quick", timeout=900)
+    assert figures["benchmark"] == "autoscale"
+    windows = figures["windows"]
+    up, down = windows["up_seconds"], windows["down_seconds"]
+    assert (up, down) == (5, 20)
+    # One replica added for the step, one taken away after the drop, and nothing else: the
+    # oscillation's lows, each shorter than the down window, took none away.
+    changes = [(d["replicas"], d["desired"]) for d in figures["decisions"]]
+    assert changes == [(1, 2), (2, 1)], figures["decisions"]
+    assert figures["flaps"] == 0 and figures["flap_details"] == []
+    # Each waited out its window, counted from passes that read the engines' queues after
+    # the load changed (the facts' time is the gather's end).
+    assert figures["scale_up"]["decided_after_seconds"] >= up
+    assert figures["scale_up_seconds"] > figures["scale_up"]["decided_after_seconds"]
+    assert figures["scale_down"]["decided_after_seconds"] >= down
+    assert figures["scale_down_seconds"] >= figures["scale_down"]["decided_after_seconds"]
+    assert figures["pass"]["scale_down_after_window"] is True
+    # Every request was counted in a phase, and every one was answered.
+    phases = {p["phase"]: p for p in figures["phases"]}
+    assert list(phases) == [
+        "baseline", "step", "hold", "oscillation 1: low", "oscillation 1: high",
+        "oscillation 2: low", "oscillation 2: high", "drop", "after",
+    ]  # fmt: skip
+    assert figures["requests"] == sum(p["requests"] for p in phases.values())
+    assert all(p["requests"] > 0 for p in phases.values()), phases
+    assert figures["failed_requests"] == 0, [p["failures"] for p in phases.values()]
+    # The queue the controller read: none to speak of with one client on one replica, over
+    # the target under the step; the new replica answered, through the router, while held.
+    target = windows["target_waiting_per_replica"]
+    assert phases["baseline"]["waiting_per_replica"]["max"] <= target
+    assert phases["step"]["waiting_per_replica"]["max"] > target
+    assert figures["scale_up"]["new_replica"] in phases["hold"]["answered_by"]
+    assert len(phases["hold"]["answered_by"]) == 2
+    assert figures["scale_down"]["replica"] not in phases["after"]["answered_by"]
+    assert figures["controller_exit_code"] == 0
+    configured = fleet_script.status(fleet_exclusive.state_dir)
+    assert tuple(node.name for node, _ in configured) == fleet_exclusive.names
+    # Left as found: no replica unit on any node, the router stopped.
+    for node in fleet_exclusive.names[:3]:
+        units = fleet_exclusive.ssh(node, "systemctl", "list-units", "modelfleet-*", "--plain",
+                                    "--no-legend", "--state=active")  # fmt: skip
+        assert units.returncode == 0 and units.stdout.strip() == "", (node, units.stdout)
 
 
 def test_bench_scale_times_a_pass_that_changes_nothing_and_one_that_moves_replicas() -> None:

@@ -28,6 +28,7 @@ from tests.ctl import ctl
 from tests.fakes.standin_install import INSTALL_FLAG_DATA, flag_data_tar
 from tests.integration.conftest import LiveFleet
 from tests.terminal import on_a_terminal
+from tests.testfleet.engines import REMOVE_REPLICAS
 
 pytestmark = pytest.mark.fleet
 
@@ -37,12 +38,7 @@ CATALOG = ROOT / "examples" / "testfleet" / "catalog.yaml"
 STANDIN_CONFIG = json.dumps({"load_seconds": 0.5})
 
 
-CLEAN = (
-    "for unit in $(systemctl list-units 'modelfleet-*-rank*' --all --plain --no-legend"
-    ' | awk \'{print $1}\'); do systemctl kill -s KILL "$unit"; systemctl stop "$unit";'
-    " done; rm -f /etc/systemd/system/modelfleet-*-rank*.service /etc/modelfleet/shards/*"
-    " /var/lib/modelfleet/shards/*; systemctl daemon-reload; systemctl reset-failed; "
-)
+CLEAN = REMOVE_REPLICAS + "; "
 
 
 def install_standin(fleet: LiveFleet) -> None:

@@ -34,6 +34,15 @@ INSTALL: Final = (
     f" echo '{STANDIN_CONFIG}' > /etc/modelfleet-fake/standin.json"
 )
 
+# Every replica unit of ctl's on a node killed and removed, with its records: what a
+# benchmark leaves behind it, however it ended.
+REMOVE_REPLICAS: Final = (
+    "for unit in $(systemctl list-units 'modelfleet-*-rank*' --all --plain --no-legend"
+    ' | awk \'{print $1}\'); do systemctl kill -s KILL "$unit"; systemctl stop "$unit";'
+    " done; rm -f /etc/systemd/system/modelfleet-*-rank*.service /etc/modelfleet/shards/*"
+    " /var/lib/modelfleet/shards/*; systemctl daemon-reload; systemctl reset-failed"
+)
+
 
 def standin_digest() -> str:
     """What the nodes should have: the engine, its flag data and its config."""

@@ -32,7 +32,9 @@ from tests.unit.test_standin_engine import (
     chat,
     free_port,
     http,
+    probe,
     vllm_args,
+    wait_for,
 )
 
 engines = test_standin_engine.engines  # the fixture: the programs as a node has them
@@ -290,6 +292,31 @@ def test_the_real_probe_asks_each_local_engine_over_loopback(
     assert (loads["tiny-1"].running, loads["tiny-1"].waiting, loads["tiny-1"].kv_use) == (1, 2, 1)
     gone = loads["gone-1"]
     assert (gone.running, gone.note) == (None, REFUSED)
+
+
+def test_the_real_probe_asks_an_engine_where_its_record_says_it_listens(
+    engines: Engines, tmp_path: Path
+) -> None:
+    # ctl starts engines on the node's listen_address where the inventory gives one (the
+    # test fleet's nodes all have one); such an engine does not answer on 127.0.0.1, and
+    # its load was unknown: the autoscaler held every model with "load unknown".
+    port, address = free_port(), "127.0.0.2"
+    vllm = engines.start("vllm", vllm_args(port, "--host", address), port)
+    wait_for("its /health", lambda: probe(f"http://{address}:{port}/health") == 200, 30)
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    record = ShardRecord(replica="chat-1", model="m", profile="p", rank=0, engine="vllm",
+                         port=port, listen=address)  # fmt: skip
+    (shards / "chat-1-rank0.json").write_text(record.model_dump_json())
+    # A record's address is an IP address or nothing: a name is never looked up.
+    named = json.loads(record.model_dump_json()) | {"replica": "named-1", "listen": "localhost"}
+    (shards / "named-1-rank0.json").write_text(json.dumps(named))
+    facts = facts_from_probe(_run_probe(shards), NOW)
+    assert vllm.process.poll() is None
+    assert facts.replica_load is not None, facts.notes
+    loads = {load.replica: load for load in facts.replica_load}
+    assert (loads["chat-1"].running, loads["chat-1"].waiting, loads["chat-1"].note) == (0, 0, None)
+    assert loads["named-1"].note == "its /metrics was not read: 'error OSError'"
 
 
 class _Hostile:

@@ -284,6 +284,7 @@ def test_the_json_document_names_its_format_time_and_every_field_of_a_node() -> 
                         "source": None,
                         "state": "running",
                         "certificate": None,
+                        "listen": None,
                     }
                 ],
                 "certificate": None,

@@ -137,6 +137,17 @@ def test_a_shard_listens_where_its_node_says() -> None:
     assert argv[argv.index("--host") + 1] == "0.0.0.0"
 
 
+def test_a_shard_on_one_address_says_it_in_its_record_for_the_probe() -> None:
+    # The probe reads a rank 0's /metrics where its engine listens: loopback does not
+    # reach an engine bound to the node's listen_address.
+    place = Rank(rank=0, nodes=1, port=8002, master_address="10.0.0.9", listen="10.0.0.9")
+    files = shard_files("cpu-1", "10.0.0.9", "coder-1", profile("coder", "cpu"), place, NOW)
+    assert json.loads(files.record_text)["listen"] == "10.0.0.9"
+    everywhere = Rank(rank=0, nodes=1, port=8002, master_address="10.0.0.9")
+    files = shard_files("cpu-1", "10.0.0.9", "coder-1", profile("coder", "cpu"), everywhere, NOW)
+    assert "listen" not in json.loads(files.record_text)
+
+
 FETCHING = catalog(
     """\
     models:
