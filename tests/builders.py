@@ -1,4 +1,8 @@
-"""Small fleets for tests, built from the real models (no mocks): Host + NodeFacts → Snapshot."""
+"""Synthetic fleets, built from the real models (no mocks): Host + NodeFacts → Snapshot.
+
+The one builder of nodes and facts for the unit and property tests and for the in-memory
+benchmarks (scripts/bench/bench_place.py and bench_churn.py, which draw their fleets' shapes
+at random and describe each node as a `NodeSpec`)."""
 
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from cli.facts.model import (
 from cli.inventory.schema import Fabric, Host, HostVars
 
 NOW = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+IDLE_USED_MIB = 4  # what nvidia-smi shows used on an idle GPU
 
 GPU_NAMES = {
     "H100": "NVIDIA H100 80GB HBM3",
@@ -53,6 +58,7 @@ class NodeSpec:
     listening: Sequence[int] = ()  # ports something listens on (None reported when empty)
     gpu_memory_mib: int | None = 81559  # memory.total of each GPU (an 80 GB H100's)
     gpu_memory_of: Mapping[int, int | None] = field(default_factory=dict)  # per GPU, if other
+    gpu_used_of: Mapping[int, int] = field(default_factory=dict)  # MiB used, if not idle's 4
     store: ModelStore | None = None  # the model store; None: not reported
     certificate: NodeCertificate | None = None  # its TLS certificate; None: plain HTTP
     load: Sequence[ReplicaLoad] | None = None  # its replicas' load; None: not reported
@@ -128,7 +134,7 @@ def facts(spec: NodeSpec) -> NodeFacts:
                 uuid=f"GPU-{spec.name}-{i}",
                 name=name,
                 memory_total_mib=spec.gpu_memory_of.get(i, spec.gpu_memory_mib),
-                memory_used_mib=4,
+                memory_used_mib=spec.gpu_used_of.get(i, IDLE_USED_MIB),
                 ecc_uncorrected=spec.ecc.get(i, 0),
             )
             for i in range(spec.gpus)

@@ -91,7 +91,7 @@ def _unsafe(dumper: yaml.SafeDumper, value: _Unsafe) -> yaml.ScalarNode:
 
 # libyaml's emitter where PyYAML has it: a router's variables list every ready replica with
 # its model's others as backups, and Python's emitter took most of a pass that moved 42
-# replicas on 2,000 nodes (scripts/bench_scale.py).
+# replicas on 2,000 nodes (scripts/bench/bench_scale.py).
 _Emitter: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 

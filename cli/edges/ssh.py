@@ -100,7 +100,7 @@ class KnownHosts:
     """The lines of a known_hosts file, looked up by name as OpenSSH and paramiko do (hashed
     names too), but through an index: paramiko's HostKeys scans every line for each name,
     and checks each line it loads against every line before it, so a gather over 2,000
-    nodes spent seconds in it (scripts/bench_scale.py)."""
+    nodes spent seconds in it (scripts/bench/bench_scale.py)."""
 
     def __init__(self, entries: Sequence[paramiko.hostkeys.HostKeyEntry] = ()) -> None:
         self._plain: dict[str, list[tuple[int, paramiko.PKey]]] = {}

@@ -26,7 +26,7 @@ from tests.sshd import missing_reason
 
 def bench(script: str, *args: str, timeout: float) -> dict[str, Any]:
     done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / script), *args],
+        [sys.executable, str(ROOT / "scripts" / "bench" / script), *args],
         capture_output=True, text=True, cwd=ROOT, env=ctl_environment(), check=False,
         timeout=timeout,
     )  # fmt: skip

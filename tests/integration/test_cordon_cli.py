@@ -18,7 +18,7 @@ import pytest
 from cli.inventory.load import load_inventory
 from tests.ctl import ROOT, ctl
 from tests.integration.test_inventory_matches_ansible import ansible_list, compare
-from tests.unit.test_inventory_edit import HOSTS
+from tests.unit.inventory.test_edit import HOSTS
 
 TRICKY = Path(__file__).resolve().parent / "inventories" / "tricky"
 INI_MIXED = TRICKY.parent / "ini-mixed"

@@ -1,6 +1,6 @@
 """Two operators cordoning different nodes of one inventory at once lose no edit.
 
-scripts/bench_cordon_race.py starts `ctl cordon node-a` and `ctl cordon node-b` at the same
+scripts/bench/bench_cordon_race.py starts `ctl cordon node-a` and `ctl cordon node-b` at the same
 moment on one hosts.yml that names both inline, so each reads, plans and writes the same
 file: without the fleet's lock (cli/edges/lock.py) the second write undoes the first or
 fails half-way. Eight races here (the script's 40 are the figure the README reports).

@@ -12,7 +12,7 @@ whose two replicas are on node-1 and node-2, while one of them dies:
 Each prints its figures (`pytest -s`): requests sent during the window after the death,
 how many failed, the slowest, and when the router stopped sending to the dead replica
 (the end of the last request the death slowed, past 1 s, counted from the death). The
-windows are MODELFLEET_DEAD_NODE_WINDOW seconds (30 by default; scripts/bench_dead_node.py
+windows are MODELFLEET_DEAD_NODE_WINDOW seconds (30 by default; scripts/bench/bench_dead_node.py
 runs 60).
 """
 

@@ -38,7 +38,7 @@ from tests.integration.test_fleet_reconcile import Ctl, ctl_on_standins
 from tests.integration.test_fleet_routes import ROUTER, Client, ask, with_router
 from tests.testfleet.router import stop_router
 from tests.tlsfiles import NodeTls, issue, make_ca
-from tests.unit.test_standin_tls import served_serial
+from tests.unit.doubles.test_standin_tls import served_serial
 
 pytestmark = pytest.mark.fleet
 

@@ -21,8 +21,8 @@ from cli.edges.tools import ansible_command
 from cli.inventory.load import load_inventory
 from cli.inventory.schema import DEFAULT_SSH_PORT, Inventory, validate_host_vars
 from tests.ctl import ctl
-from tests.unit.test_inventory import CASES as UNIT_CASES
-from tests.unit.test_inventory import write
+from tests.unit.inventory.test_load import CASES as UNIT_CASES
+from tests.unit.inventory.test_load import write
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent

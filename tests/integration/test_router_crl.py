@@ -19,8 +19,14 @@ from cryptography.hazmat.primitives import serialization
 from cli.pki.revocation import CertRecord, build_crl
 from tests.integration.litellm_env import litellm_environment, litellm_venv
 from tests.tlsfiles import NodeTls, issue, make_ca
-from tests.unit.test_standin_engine import LOCALHOST, Engines, free_port, vllm_args, wait_for
-from tests.unit.test_standin_tls import https_ok
+from tests.unit.doubles.test_standin_engine import (
+    LOCALHOST,
+    Engines,
+    free_port,
+    vllm_args,
+    wait_for,
+)
+from tests.unit.doubles.test_standin_tls import https_ok
 
 SHIM_DIR = Path(__file__).resolve().parents[2] / "playbooks" / "files"
 ASK = """\

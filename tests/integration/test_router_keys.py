@@ -32,8 +32,7 @@ from cli.routes.table import RouteTable, route_table
 from tests.builders import snapshot
 from tests.ctl import ctl
 from tests.integration.litellm_env import litellm_environment, litellm_venv
-from tests.unit.test_routes import ADDRESSES, MODELS, MODELS_YAML, fleet
-from tests.unit.test_standin_engine import (
+from tests.unit.doubles.test_standin_engine import (
     LOCALHOST,
     OPENER,
     Engines,
@@ -42,6 +41,7 @@ from tests.unit.test_standin_engine import (
     vllm_args,
     wait_for,
 )
+from tests.unit.routes.test_routes import ADDRESSES, MODELS, MODELS_YAML, fleet
 
 MASTER = "sk-operator-master-key-0123456789"
 

@@ -17,7 +17,7 @@ from tests.builders import hgx, snapshot
 from tests.ctl import ctl
 from tests.integration.litellm_env import litellm_environment, litellm_venv
 from tests.integration.test_routes_cli import ROUTES
-from tests.unit.test_routes import ADDRESSES, MODELS, fleet
+from tests.unit.routes.test_routes import ADDRESSES, MODELS, fleet
 
 LOADER = Path(__file__).with_name("litellm_load.py")
 KEY = "sk-modelfleet-test-0123456789abcdef"

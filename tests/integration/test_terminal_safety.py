@@ -25,7 +25,7 @@ PROCESS_NAME = "/usr/bin/python3\x1b[2J[red]x\\[bold]y"
 LABEL = "[link=http://x]z[/link]"
 CORDON = "fan \\[red]r[/red] [link=http://x]z[/link]"
 # A catalog value no node matches: markup only, since a catalog with a control character is
-# refused at load (tests/unit/test_hostile_names.py).
+# refused at load (tests/unit/common/test_hostile_names.py).
 SELECTOR = "\\[red]q[link=http://x]z"
 
 

@@ -4,7 +4,7 @@ For generated catalogs — the loader's round-trip catalogs (test_catalog_proper
 the placement properties' catalogs (strategies.py) — and generated placements (any rank of
 the replica, any port of ctl's range, IPv4 or IPv6 rank-0 and listen addresses, GPUs and
 HCAs), every rank's argv is checked against the pinned release's options
-(cli/engines/flags.py); the example catalogs are checked in tests/unit/test_engine_specs.py.
+(cli/engines/flags.py); the example catalogs are checked in tests/unit/engines/test_specs.py.
 """
 
 from __future__ import annotations

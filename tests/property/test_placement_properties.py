@@ -468,8 +468,9 @@ def test_verdicts_agree_with_placing_alone_on_a_freed_and_on_a_healed_fleet(
 @given(scenarios())
 def test_the_run_adds_exactly_the_missing_replicas(scenario: Scenario) -> None:
     snapshot, run = scenario.run()
-    # Which records are believed is cli/cluster/trust.py's to say (tests/unit/test_trust.py);
-    # here: of the believed ones, those that run, on nodes that are not Lost.
+    # Which records are believed is cli/cluster/trust.py's to say
+    # (tests/unit/cluster/test_trust.py); here: of the believed ones, those that run, on nodes
+    # that are not Lost.
     believed = {
         (view.name, shard.replica, shard.rank) for view in snapshot.nodes for shard in view.shards
     }

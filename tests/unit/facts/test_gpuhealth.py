@@ -1,0 +1,197 @@
+"""GPUs that look healthy but are not: memory repairs pending, and fields nvidia-smi answers
+with an error. The real probe (cli/facts/probe.sh) runs against the test fleet's fake
+nvidia-smi (tests/fakes/nvidia_smi.py), whose data the test fleet's spec makes; the GPU is
+then unusable, with the reason in the node's notes and in why placement refuses it. A field
+the GPU or its driver does not have ([N/A]) is unknown, not bad."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cli.facts.model import NodeFacts
+from cli.facts.parse import FactsParseError
+from cli.facts.probe import facts_from_probe
+from cli.facts.sections.gpuhealth import parse_remapped_rows, parse_retired_pages
+from cli.facts.store import save_facts
+from tests import testfleet
+from tests.builders import NOW
+from tests.ctl import ctl
+from tests.fakes import nvidia_smi
+from tests.unit.facts.test_nvidia_smi_exits import ROW_0, facts
+from tests.unit.facts.test_probe_output import section
+
+ROOT = Path(__file__).resolve().parents[3]
+PROBE = ROOT / "cli" / "facts" / "probe.sh"
+FAKE = ROOT / "tests" / "fakes" / "nvidia_smi.py"
+UUID_0 = "GPU-aaaaaaaa-1111-2222-3333-444444444444"
+
+
+def probed(spec: testfleet.NodeSpec, tmp_path: Path) -> NodeFacts:
+    """The real probe's facts on a node whose nvidia-smi is the test fleet's fake."""
+    data = tmp_path / "gpus.json"
+    data.write_text(json.dumps(testfleet.gpu_data("node-1", spec)))
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    smi = tools / "nvidia-smi"
+    smi.write_text(f'#!/bin/sh\nexec {sys.executable} -IS {FAKE} "$@"\n')
+    smi.chmod(0o755)
+    environment = {
+        **os.environ,
+        "PATH": f"{tools}:{os.environ['PATH']}",
+        nvidia_smi.DATA_ENV: str(data),
+    }
+    done = subprocess.run(
+        ["sh", str(PROBE)], capture_output=True, text=True, timeout=60, check=False,
+        env=environment,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return facts_from_probe(done.stdout, NOW)
+
+
+def gpu_spec(model: str, **health: tuple[int, ...]) -> testfleet.NodeSpec:
+    spec = testfleet.default_spec(4)
+    assert spec.gpus is not None
+    gpus = testfleet.GpuSpec(model=model, count=3, memory_mib=81559, **health)  # type: ignore[arg-type]
+    return testfleet.NodeSpec(**{**spec.__dict__, "gpus": gpus})
+
+
+def test_a_gpu_with_rows_pending_remapping_or_needing_a_reset_is_unusable_and_said(
+    tmp_path: Path,
+) -> None:
+    found = probed(
+        gpu_spec("NVIDIA H100 80GB HBM3", repair_pending=(1,), requires_reset=(2,)), tmp_path
+    )
+
+    assert found.gpus is not None
+    gpu_0, gpu_1, gpu_2 = found.gpus
+    assert (gpu_0.remapped_rows_pending, gpu_0.remapped_rows_failure) == (False, False)
+    assert gpu_0.retired_pages_pending is None  # an H100 retires no pages: [N/A], unknown
+    assert gpu_0.hardware_problem() is None
+    assert gpu_1.remapped_rows_pending is True
+    assert gpu_2.faults == (
+        "memory.used: [GPU requires reset]",
+        "ecc.errors.uncorrected.volatile.total: [GPU requires reset]",
+    )
+    assert gpu_2.memory_used_mib is None
+    assert [note for note in found.notes if note.startswith("GPU ")] == [
+        "GPU 1: memory rows pending remapping (reset the GPU or reboot the node)",
+        "GPU 2: nvidia-smi reports memory.used: [GPU requires reset],"
+        " ecc.errors.uncorrected.volatile.total: [GPU requires reset]",
+    ]
+
+
+def test_a_gpu_from_before_ampere_with_pages_pending_retirement_is_unusable(
+    tmp_path: Path,
+) -> None:
+    found = probed(gpu_spec("Tesla V100-SXM2-32GB", repair_pending=(0,)), tmp_path)
+
+    assert found.gpus is not None
+    assert [gpu.retired_pages_pending for gpu in found.gpus] == [True, False, False]
+    assert [gpu.remapped_rows_pending for gpu in found.gpus] == [None, None, None]
+    assert [gpu.hardware_problem() for gpu in found.gpus] == [
+        "memory pages pending retirement (reset the GPU or reboot the node)",
+        None,
+        None,
+    ]
+
+
+def test_placement_says_why_it_refuses_those_gpus(tmp_path: Path) -> None:
+    found = probed(
+        gpu_spec("NVIDIA H100 80GB HBM3", repair_pending=(1,), requires_reset=(2,)), tmp_path
+    )
+    snapshot = tmp_path / "facts"
+    save_facts(snapshot, "hgx-1", found)
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("gpu:\n  hosts:\n    hgx-1:\n")
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(
+        "models:\n  m:\n    source: hf://org/m\n    profiles:\n"
+        "      - {name: h100x2, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 2}\n"
+    )
+
+    placed = ctl(
+        "place", "--all", "--dry-run", "--catalog", str(catalog), "--inventory",
+        str(inventory), "--facts", str(snapshot),
+    )  # fmt: skip
+
+    assert placed.returncode == 1, placed.stderr
+    out = " ".join(placed.stdout.split())
+    assert "GPU 1: memory rows pending remapping" in out
+    assert "GPU 2: nvidia-smi reports memory.used: [GPU requires reset]" in out
+
+
+def test_err_in_any_field_the_probe_reads_is_a_fault_and_n_a_is_unknown() -> None:
+    row = ROW_0.replace(", 4, 0", ", ERR!, [N/A]")
+    found = facts(
+        section("query-gpu", row + "\n"),
+        mig=section("mig", "0, ERR!\n"),
+        **{
+            "retired-pages": section("retired-pages", "0, [N/A]\n"),
+            "remapped-rows": section("remapped-rows", f"{UUID_0}, [Not Supported], ERR!\n"),
+        },
+    )
+
+    assert found.gpus is not None
+    (gpu,) = found.gpus
+    assert gpu.faults == (
+        "memory.used: ERR!",
+        "mig.mode.current: ERR!",
+        "remapped_rows.failure: ERR!",
+    )
+    assert (gpu.ecc_uncorrected, gpu.retired_pages_pending, gpu.remapped_rows_pending) == (
+        None,
+        None,
+        None,
+    )
+
+
+def test_a_driver_that_does_not_know_the_fields_loses_only_them_with_a_note() -> None:
+    refused = 'Field "retired_pages.pending" is not a valid field to query.\n'
+    found = facts(
+        section("query-gpu", ROW_0 + "\n"),
+        **{
+            "retired-pages": section("retired-pages", refused, 2),
+            "remapped-rows": section("remapped-rows", "Invalid combination of input.\n", 2),
+        },
+    )
+
+    assert found.gpus is not None and found.gpus[0].hardware_problem() is None
+    assert "nvidia-smi did not report retired pages (exit 2)" in found.notes
+    assert "nvidia-smi did not report remapped rows (exit 2)" in found.notes
+
+
+def test_a_failed_remapping_is_unusable_for_good() -> None:
+    found = facts(
+        section("query-gpu", ROW_0 + "\n"),
+        **{"remapped-rows": section("remapped-rows", f"{UUID_0}, No, Yes\n")},
+    )
+
+    assert found.gpus is not None
+    assert found.gpus[0].hardware_problem() == "a memory row remapping failed (replace the GPU)"
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("0, Maybe\n", "line 1: retired_pages.pending 'Maybe' is not Yes or No"),
+        ("0, No\n0, Yes\n", "line 2: GPU 0 given twice"),
+        ("0, No, No\n", "line 1: expected 2 fields, got 3"),
+    ],
+)
+def test_a_row_nvidia_smi_would_not_print_is_said_with_its_line(text: str, problem: str) -> None:
+    with pytest.raises(FactsParseError) as raised:
+        parse_retired_pages(text)
+
+    assert str(raised.value).endswith(problem)
+
+
+def test_remapped_rows_are_read_by_uuid() -> None:
+    rows = parse_remapped_rows(f"{UUID_0}, Yes, No\nNo devices were found\n")
+
+    assert rows[UUID_0].values == {"remapped_rows.pending": True, "remapped_rows.failure": False}

@@ -1,0 +1,190 @@
+"""The probe-output parsers at their edges: how long a quoted value may be before it is cut,
+the exact cgroup "no limit" boundary, lines to skip wherever they stand, the section, line
+and field an error names, NV0, and /proc/net/tcp rows just long enough.
+
+Written against survivors of the mutation run in cli/facts/parse.py: each case is one the
+examples in test_parse.py stepped around.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cli.facts.model import Gpu, GpuProcess, Memory
+from cli.facts.parse import (
+    FactsParseError,
+    apply_cgroup_limit,
+    parse_compute_apps,
+    parse_listening_ports,
+    parse_meminfo,
+    parse_query_gpu,
+    parse_shard_records,
+    parse_topology,
+)
+
+HOST = Memory(total_mib=15961, available_mib=14488)
+
+
+def cgroup_error(limit: str) -> str:
+    with pytest.raises(FactsParseError) as raised:
+        apply_cgroup_limit(HOST, limit)
+    return str(raised.value)
+
+
+def test_a_quoted_value_of_sixty_characters_is_shown_whole() -> None:
+    value = "x" * 60
+    assert cgroup_error(value) == (
+        f"cgroup memory limit line 1: expected 'max' or a number of bytes, got '{value}'"
+    )
+
+
+def test_a_quoted_value_over_sixty_characters_is_cut_to_sixty_with_dots() -> None:
+    value = "abcdefghij" * 6 + "k"  # 61 characters
+    assert cgroup_error(value) == (
+        "cgroup memory limit line 1: expected 'max' or a number of bytes, got "
+        "'abcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabcdefg...'"
+    )
+
+
+def test_a_cgroup_limit_of_exactly_one_eib_is_no_limit() -> None:
+    assert apply_cgroup_limit(HOST, "1152921504606846976\n") == HOST  # 1 << 60
+    assert apply_cgroup_limit(None, "1152921504606846976\n") is None
+    assert apply_cgroup_limit(HOST, "1152921504606846975\n") == Memory(
+        total_mib=15961, available_mib=14488
+    )
+    assert apply_cgroup_limit(None, "1152921504606846975\n") == Memory(total_mib=1099511627775)
+
+
+def test_a_meminfo_key_is_the_text_before_the_first_colon() -> None:
+    with pytest.raises(FactsParseError) as raised:
+        parse_meminfo("MemTotal: 16 kB: extra\n")
+    assert str(raised.value) == (
+        "/proc/meminfo line 1: cannot read MemTotal from 'MemTotal: 16 kB: extra'"
+    )
+
+
+def test_no_devices_found_is_skipped_wherever_it_stands() -> None:
+    text = "No devices were found\n0, GPU-a, NVIDIA L4, 00000000:01:00.0, 23034, 0, 0\n"
+    assert parse_query_gpu(text) == (
+        Gpu(
+            index=0,
+            uuid="GPU-a",
+            name="NVIDIA L4",
+            pci_bus_id="00000000:01:00.0",
+            memory_total_mib=23034,
+            memory_used_mib=0,
+            ecc_uncorrected=0,
+        ),
+    )
+
+
+def test_memory_used_with_a_unit_is_refused_naming_the_field() -> None:
+    with pytest.raises(FactsParseError) as raised:
+        parse_query_gpu("0, GPU-a, NVIDIA L4, 00000000:01:00.0, 23034, 12 MiB, 0\n")
+    assert str(raised.value) == (
+        "nvidia-smi --query-gpu line 1: memory.used '12 MiB' is not a whole number"
+        " (the probe must use --format=csv,noheader,nounits)"
+    )
+
+
+def test_no_running_processes_is_skipped_wherever_it_stands() -> None:
+    text = "No running processes found\nGPU-a, 4242, /usr/bin/python3, 20480\n"
+    assert parse_compute_apps(text) == (
+        GpuProcess(
+            gpu_uuid="GPU-a", pid=4242, process_name="/usr/bin/python3", used_memory_mib=20480
+        ),
+    )
+
+
+def test_a_process_without_a_gpu_uuid_is_refused_naming_the_field() -> None:
+    with pytest.raises(FactsParseError) as raised:
+        parse_compute_apps("[N/A], 4242, /usr/bin/python3, 20480\n")
+    assert str(raised.value) == (
+        "nvidia-smi --query-compute-apps line 1: gpu_uuid is missing ('[N/A]')"
+    )
+
+
+def topology_error(text: str) -> str:
+    with pytest.raises(FactsParseError) as raised:
+        parse_topology(text)
+    return str(raised.value)
+
+
+def test_a_gpu_column_given_twice_is_refused_at_the_header_line() -> None:
+    text = "topology of node-1\n\tGPU0\tGPU1\tGPU0\tCPU Affinity\nGPU0\t X \tNV4\tNV4\t0-7\n"
+    assert topology_error(text) == "nvidia-smi topo -m line 2: column GPU0 appears twice"
+
+
+def test_a_short_row_is_refused_naming_the_row() -> None:
+    text = "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV4\t0-7\nGPU1\tNV4\n"
+    assert topology_error(text) == (
+        "nvidia-smi topo -m line 3: row GPU1 has 1 cells, the header has 2 columns"
+    )
+
+
+def test_every_missing_row_is_named() -> None:
+    text = "\tGPU0\tGPU1\tGPU2\tCPU Affinity\nGPU0\t X \tNV4\tNV4\t0-7\n"
+    assert topology_error(text) == "nvidia-smi topo -m line 1: no row for GPU1, GPU2"
+
+
+def test_blank_lines_and_nic_rows_between_gpu_rows_are_skipped() -> None:
+    text = (
+        "\tGPU0\tGPU1\tNIC0\tCPU Affinity\n"
+        "GPU0\t X \tNV4\tPXB\t0-7\n"
+        "\n"
+        "NIC0\tPXB\tSYS\t X \n"
+        "GPU1\tNV4\t X \tSYS\t0-7\n"
+    )
+    assert parse_topology(text) == ((0, 1),)
+
+
+def test_nothing_after_the_legend_is_read_as_a_row() -> None:
+    text = (
+        "\tGPU0\tGPU1\tCPU Affinity\n"
+        "GPU0\t X \tSYS\t0-7\n"
+        "GPU1\tSYS\t X \t0-7\n"
+        "\n"
+        "Legend:\n"
+        "\n"
+        "GPU0 X = Self\n"
+    )
+    assert parse_topology(text) == ((0,), (1,))
+
+
+def test_nv0_is_no_nvlink() -> None:
+    text = "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV0\t0-7\nGPU1\tNV0\t X \t0-7\n"
+    assert parse_topology(text) == ((0,), (1,))
+
+
+def test_a_bad_shard_record_field_inside_a_list_is_named_by_its_path() -> None:
+    record = (
+        '{"replica": "m-1", "model": "m", "profile": "p", "rank": 0, "engine": "vllm",'
+        ' "gpus": [0, "one"]}'
+    )
+    with pytest.raises(FactsParseError) as raised:
+        parse_shard_records(record + "\n")
+    assert str(raised.value) == (
+        "shard records line 1: gpus.1: Input should be a valid integer, unable to parse"
+        " string as an integer"
+    )
+
+
+def test_a_tcp_row_of_four_fields_is_enough() -> None:
+    assert parse_listening_ports("0: 00000000:1F40 00000000:0000 0A\n") == (8000,)
+
+
+def test_a_tcp_row_whose_local_address_has_no_port_is_refused() -> None:
+    with pytest.raises(FactsParseError) as raised:
+        parse_listening_ports("0: 00000000 00000000:0000 0A 00000000:00000000\n")
+    assert str(raised.value) == "/proc/net/tcp line 1: not a /proc/net/tcp row"
+
+
+def test_the_port_is_the_hex_after_the_last_colon_of_the_local_address() -> None:
+    assert parse_listening_ports("0: 0000:0000:1F40 00000000:0000 0A\n") == (8000,)
+
+
+def test_an_empty_key_in_a_shard_record_is_refused_without_an_empty_path() -> None:
+    record = '{"replica": "m-1", "model": "m", "profile": "p", "rank": 0, "engine": "vllm", "": 1}'
+    with pytest.raises(FactsParseError) as raised:
+        parse_shard_records(record + "\n")
+    assert str(raised.value) == "shard records line 1: Extra inputs are not permitted"

@@ -1,0 +1,53 @@
+"""What a pass says it did: a start only once verified, a failed one with its shard, node,
+cause and journal lines, a node's text shown as text (control characters escaped)."""
+
+from __future__ import annotations
+
+import random
+
+from cli.ops.reconcile import outcome_lines
+from cli.reconcile.apply import apply
+from cli.reconcile.planner import plan
+from cli.ui.safe import shown
+from tests.builders import NOW, catalog, hgx, snapshot
+from tests.fakes.executor import FakeFleet
+from tests.unit.reconcile.test_drain import drain_plan, fleet
+
+MODELS = catalog(
+    """\
+    models:
+      good:
+        source: hf://org/good
+        profiles:
+          - {name: x1, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 1}
+      bad:
+        source: hf://org/bad
+        profiles:
+          - {name: x1, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 1}
+    """
+)
+
+
+def test_a_failed_start_is_named_with_its_node_cause_and_journal_shown_as_plain_text() -> None:
+    journal = ("\x1b[31mTraceback\x1b[0m [bold]x[/bold]\r", "ValueError: bad\u202e")
+    fake = FakeFleet(fail={("bad-1", 0)}, journal={("bad-1", 0): journal})
+    fleet = snapshot(hgx("hgx-1"))
+    outcome = apply(plan(MODELS, fleet, {}, {}, random.Random(1)), fake, NOW, random.Random(1))
+    # The node's text as it came; the terminal gets it through cli/ui's one rule.
+    assert [shown(line) for line in outcome_lines(outcome)] == [
+        "started good-1",
+        "FAILED bad-1: rank 0 on hgx-1: not healthy after 600 s — stopped whole",
+        "  modelfleet-bad-1-rank0.service on hgx-1, its journal's last lines:",
+        "    \\x1b[31mTraceback\\x1b[0m [bold]x[/bold]\\r",
+        "    ValueError: bad\\u202e",
+    ]
+
+
+def test_a_drained_replica_whose_replacement_failed_is_said_to_serve_on() -> None:
+    nodes = fleet()
+    fake = FakeFleet(fail={("chat-3", 0)})
+    fake.adopt(snapshot(*nodes))
+    outcome = apply(drain_plan(*nodes), fake, NOW, random.Random(1))
+    assert outcome_lines(outcome)[-1] == (
+        "NOT DRAINED chat-1: its replacement chat-3 did not start; it serves on"
+    )
