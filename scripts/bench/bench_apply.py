@@ -19,7 +19,7 @@ the start play's strategy (VARIANTS), the nodes emptied between. Each line gives
 time and the CPU time of ansible-playbook and its children (its forks, its ssh clients).
 Goal: none; it is what chose ctl's settings (cli/edges/ansible.py).
 
-    python scripts/bench_apply.py [--wide N]
+    python scripts/bench/bench_apply.py [--wide N]
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ from tests.models.llama_server import LlamaServer, installed_llama_server
 from tests.models.tiny_gguf import write_tiny_llama
 from tests.testfleet.router import stop_router
 from tests.tlsfiles import issue, make_ca
-from tests.unit.test_standin_tls import served_serial
+from tests.unit.doubles.test_standin_tls import served_serial
 
 pytestmark = pytest.mark.fleet
 

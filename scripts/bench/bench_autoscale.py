@@ -59,7 +59,7 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from tests import testfleet  # noqa: E402
 from tests.testfleet.engines import REMOVE_REPLICAS, install_engines  # noqa: E402

@@ -1,7 +1,7 @@
-"""The workload of `scripts/bench_apply.py --wide 64` (examples/testfleet/wide-catalog.yaml)
+"""The workload of `scripts/bench/bench_apply.py --wide 64` (examples/testfleet/wide-catalog.yaml)
 is what the benchmark says it times: ctl's planner puts one replica on each of the test
 fleet's 64 default nodes, from the facts their probe output gives (the simulated probe of
-scripts/bench_scale.py, which the fleet's own fake hardware shapes)."""
+scripts/bench/bench_scale.py, which the fleet's own fake hardware shapes)."""
 
 from __future__ import annotations
 
@@ -26,12 +26,12 @@ from cli.reconcile.planner import plan
 from tests.testfleet.defaults import default_spec
 from tests.testfleet.specs import node_address, node_name
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 NODES = 64
 
 
 def bench_scale() -> ModuleType:
-    path = ROOT / "scripts" / "bench_scale.py"
+    path = ROOT / "scripts" / "bench" / "bench_scale.py"
     spec = importlib.util.spec_from_file_location("bench_scale", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
