@@ -35,7 +35,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -47,11 +46,11 @@ from tests.fakes.hub import run_hub
 from tests.integration.conftest import LiveFleet
 from tests.integration.test_fleet_reconcile import CLEAN, Ctl, install_standin
 from tests.integration.test_fleet_routes import KEY, PORT, ROUTER, with_router
-from tests.integration.test_fleet_tls import curl, install_pki, node_serial
+from tests.integration.test_fleet_tls import curl, install_certificates_due, node_serial
 from tests.models.llama_server import LlamaServer, installed_llama_server
 from tests.models.tiny_gguf import write_tiny_llama
 from tests.testfleet.router import stop_router
-from tests.tlsfiles import issue, make_ca
+from tests.tlsfiles import make_ca
 from tests.unit.doubles.test_standin_tls import served_serial
 
 pytestmark = pytest.mark.fleet
@@ -373,15 +372,7 @@ def test_the_real_llama_server_serves_the_nodes_certificate_and_is_replaced_afte
     with_router(ctl, fleet)
     began = time.monotonic()
     try:
-        # 45 minutes into a 50-minute life: valid, and past two thirds of it.
-        forty_minutes_ago = datetime.now(UTC) - timedelta(minutes=40)
-        first = {
-            node: issue(ca, tmp_path / node, node, (fleet.address(node),),
-                        validity=timedelta(minutes=50), issued_at=forty_minutes_ago)
-            for node in nodes
-        }  # fmt: skip
-        for node, tls in first.items():
-            install_pki(fleet, node, tls)
+        first = install_certificates_due(fleet, ca, tmp_path, nodes)
 
         # 1. The real server, on the node's certificate, checked by the router.
         result = ctl("reconcile")

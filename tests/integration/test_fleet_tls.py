@@ -24,6 +24,7 @@ import subprocess
 import threading
 import time
 import urllib.error
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from cryptography import x509
 
 from cli.pki.certs import serial_hex
 from cli.pki.paths import CA_PATH, NODE_CERT_PATH, NODE_KEY_PATH, PKI_DIR
+from cli.pki.store import CertificateAuthority
 from tests.ctl import ctl as run_ctl
 from tests.integration.conftest import LiveFleet
 from tests.integration.test_fleet_reconcile import Ctl, ctl_on_standins
@@ -101,6 +103,22 @@ def install_pki(fleet: LiveFleet, node: str, tls: NodeTls) -> None:
         assert done.returncode == 0, done.stderr
 
 
+def install_certificates_due(
+    fleet: LiveFleet, ca: CertificateAuthority, directory: Path, nodes: Sequence[str]
+) -> dict[str, NodeTls]:
+    """Each node's certificate 40 minutes into a 50-minute life: valid, and past two thirds
+    of it, so the next pass beside the CA renews it."""
+    forty_minutes_ago = datetime.now(UTC) - timedelta(minutes=40)
+    issued = {
+        node: issue(ca, directory / node, node, (fleet.address(node),),
+                    validity=timedelta(minutes=50), issued_at=forty_minutes_ago)
+        for node in nodes
+    }  # fmt: skip
+    for node, tls in issued.items():
+        install_pki(fleet, node, tls)
+    return issued
+
+
 def curl(url: str, *options: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10",
@@ -136,15 +154,7 @@ def test_the_router_reaches_every_engine_over_tls_through_a_renewal_and_refuses_
     ctl = ctl_on_standins(fleet, tmp_path, CATALOG)
     with_router(ctl, fleet)
     try:
-        # Certificates 45 minutes into a 55-minute life: valid, and past two thirds of it.
-        forty_minutes_ago = datetime.now(UTC) - timedelta(minutes=40)
-        first = {
-            node: issue(ca, tmp_path / node, node, (fleet.address(node),),
-                        validity=timedelta(minutes=50), issued_at=forty_minutes_ago)
-            for node in nodes
-        }  # fmt: skip
-        for node, tls in first.items():
-            install_pki(fleet, node, tls)
+        first = install_certificates_due(fleet, ca, tmp_path, nodes)
 
         # 1. Every replica serves HTTPS, and the router is told so.
         result = ctl("reconcile")
