@@ -1001,9 +1001,10 @@ class StandinHTTPServer(ThreadingHTTPServer):
         if self.tls_context is not None:
             # The handshake happens in the request's own thread, as uvicorn and
             # cpp-httplib do: a slow or failing client never holds up the next accept.
-            conn = self.tls_context.wrap_socket(
-                conn, server_side=True, do_handshake_on_connect=False
-            )
+            with self.engine.tls_lock:
+                conn = self.tls_context.wrap_socket(
+                    conn, server_side=True, do_handshake_on_connect=False
+                )
         return conn, address
 
     def finish_request(self, request: socket.socket | tuple[bytes, socket.socket],
@@ -1146,6 +1147,12 @@ class Engine:
         self.rejected = ""
         self.ready_at = 0.0
         self.tls_serial: str | None = None  # of the certificate it serves now
+        # vLLM and SGLang reload the certificate on the event loop that also starts every
+        # handshake, so the two never overlap; the stand-in's threads take this lock for
+        # the same order. Without it a connection made mid-reload copies the new
+        # certificate without its key and fails its handshake (CI saw it once), and
+        # OpenSSL's context, mutated by two threads at once, can crash the process.
+        self.tls_lock = threading.Lock()
         self._log_lock = threading.Lock()
 
     # ----------------------------------------------------------------- logging
@@ -1482,7 +1489,8 @@ class Engine:
                 now = again
             last = now
             try:
-                context.load_cert_chain(cert, key)
+                with self.tls_lock:
+                    context.load_cert_chain(cert, key)
             except OSError as error:
                 self.log("tls-reload-failed", reason=str(error))
                 continue
