@@ -687,11 +687,8 @@ def parse_vllm(argv: Sequence[str]) -> Options:
                 f"node rank {options.node_rank} runs without --headless; vLLM's multi-node"
                 " docs start every rank but 0 with --headless"
             )
-    if options.headless and options.node_rank == 0:
-        raise UsageError(
-            "vllm serve: --headless on node rank 0 (data-parallel headless engines) is not"
-            " simulated by the stand-in"
-        )
+    # vllm/entrypoints/cli/serve.py ServeSubcommand.cmd: `if args.headless: run_headless(args)`
+    # on any node rank, rank 0 included (data-parallel headless engines): no API server.
     return options
 
 
@@ -1260,8 +1257,32 @@ class Engine:
             return self.opts.rendezvous_timeout
         return self.settings.rendezvous_seconds
 
+    def _run_headless_rank0(self) -> int:
+        """vllm/entrypoints/cli/serve.py run_headless: the engines start and serve no HTTP;
+        a signal ends them and the process exits 0."""
+        if self.opts.nnodes > 1:
+            code = self._form_world()
+            if code is not None:
+                return code
+        self.native("INFO Launching 1 data parallel engine(s) in headless mode.")
+        self.phase = "loading"
+        self.log("loading", seconds=self.settings.load_seconds)
+        interrupted = self._wait(self.settings.load_seconds)
+        if interrupted == "lost":
+            return self._die(self.lost_reason)
+        if interrupted is None:
+            self.phase = "ready"
+            self.log("ready", headless=True, workers=self._worker_list())
+            interrupted = self._wait(3600.0 * 24 * 365)
+        if interrupted == "lost":
+            return self._die(self.lost_reason)
+        self.log("stopping", reason="signal")
+        return EXIT_OK
+
     def _run_rank0(self) -> int:
         p = self.opts.personality
+        if self.opts.headless:
+            return self._run_headless_rank0()
         try:
             http = self.http = self._make_http_server()
             if p == "vllm":

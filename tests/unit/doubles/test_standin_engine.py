@@ -444,6 +444,21 @@ def test_sglang_rank_1_answers_its_own_health_and_exits_non_zero_when_rank_0_goe
     assert "lost rank 0" in str(rank1.event("fatal")["reason"])
 
 
+def test_vllm_accepts_headless_on_node_rank_0_and_serves_no_http(engines: Engines) -> None:
+    # vllm/entrypoints/cli/serve.py ServeSubcommand.cmd runs run_headless for --headless on
+    # any rank, rank 0 included (data-parallel headless engines): no API server, exit 0.
+    port = free_port()
+    headless = engines.start("vllm", vllm_args(port, "--headless"), name="headless")
+
+    headless.wait_event("ready")
+    assert headless.process.poll() is None
+    assert "listening" not in headless.event_names()
+    assert probe(f"http://{LOCALHOST}:{port}/health") is None
+
+    headless.process.send_signal(signal.SIGTERM)
+    assert headless.process.wait(timeout=5) == 0
+
+
 def test_a_rank_that_cannot_reach_rank_0_gives_up_like_a_failed_nccl_init(
     engines: Engines,
 ) -> None:
