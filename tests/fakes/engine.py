@@ -853,6 +853,9 @@ class Settings:
     rendezvous_seconds: float = DEFAULT_RENDEZVOUS_SECONDS
     # Seconds per generated token (a word of its answer), so that load builds a queue.
     token_seconds: float = 0.0
+    # Whether the llama-server stood in for was built with OpenSSL, as the project's
+    # build is (a build without it refuses the TLS files: see main).
+    llama_server_ssl: bool = True
 
     @staticmethod
     def load(environ: Mapping[str, str]) -> Settings:
@@ -886,6 +889,7 @@ class Settings:
                 RENDEZVOUS_ENV, "rendezvous_seconds", DEFAULT_RENDEZVOUS_SECONDS
             ),
             token_seconds=number(TOKEN_ENV, "token_seconds", 0.0),
+            llama_server_ssl=file_values.get("llama_server_ssl", True) is not False,
         )
 
 
@@ -2160,6 +2164,11 @@ def main(argv: Sequence[str] | None = None, module: str | None = None) -> int:
         code = EXIT_FAILURE if personality == "llama-server" else EXIT_USAGE
         log_line("standin: " + json.dumps({"event": "bad-arguments", "exit": code}))
         return code
+    if personality == "llama-server" and options.tls and not settings.llama_server_ssl:
+        # tools/server/server.cpp (llama.cpp in llama-cpp-python 0.3.36), main: without
+        # CPPHTTPLIB_OPENSSL_SUPPORT both SSL files are an error and main returns 1.
+        log_line("Server is built without SSL support")
+        return EXIT_FAILURE
     invoked_as = f"python3 -m {module}" if module else Path(sys.argv[0]).name
     url = _optional_str(options.parsed, "model_url") if personality == "llama-server" else None
     if url is not None and _optional_str(options.parsed, "model") is None:

@@ -6,6 +6,7 @@ believes only a server whose certificate the fleet's CA signed for its address."
 from __future__ import annotations
 
 import functools
+import json
 import socket
 import ssl
 import threading
@@ -210,3 +211,27 @@ def test_sglang_with_its_ca_fails_its_own_warm_up_for_a_certificate_not_naming_t
     sglang = engines.start("sglang", args, port)
     assert sglang.process.wait(timeout=30) == 1
     assert "warm-up request failed" in str(sglang.event("fatal")["reason"])
+
+
+@pytest.mark.parametrize("built_with_ssl", [True, False])
+def test_llama_server_built_without_openssl_refuses_the_tls_files_and_exits_1(
+    engines: Engines, node_tls: NodeTls, tmp_path: Path, built_with_ssl: bool
+) -> None:
+    # tools/server/server.cpp: without CPPHTTPLIB_OPENSSL_SUPPORT, "Server is built without
+    # SSL support" and exit 1; the project's build has it, and serves HTTPS.
+    config = tmp_path / "standin.json"
+    config.write_text(json.dumps({"llama_server_ssl": built_with_ssl}), encoding="utf-8")
+    port = free_port()
+    llama = engines.start(
+        "llama-server",
+        ["-m", "/models/tiny.gguf", "--host", LOCALHOST, "--port", str(port), "--alias",
+         "tiny", *tls_args(node_tls, "--ssl-key-file", "--ssl-cert-file")],
+        port,
+        env={"MODELFLEET_STANDIN_CONFIG": str(config)},
+    )  # fmt: skip
+    if built_with_ssl:
+        wait_for("https /health", lambda: https_ok(port, node_tls.ca_pem))
+        assert llama.process.poll() is None
+    else:
+        assert llama.process.wait(timeout=10) == 1
+        assert "Server is built without SSL support" in llama.log_path.read_text()
