@@ -70,6 +70,8 @@ LOAD_ENV: Final = "MODELFLEET_STANDIN_LOAD_SECONDS"
 RENDEZVOUS_ENV: Final = "MODELFLEET_STANDIN_RENDEZVOUS_SECONDS"
 TOKEN_ENV: Final = "MODELFLEET_STANDIN_TOKEN_SECONDS"
 CONFIG_ENV: Final = "MODELFLEET_STANDIN_CONFIG"
+HEALTH_ENV: Final = "MODELFLEET_STANDIN_SGLANG_HEALTH_SECONDS"
+DEFAULT_SGLANG_HEALTH_SECONDS: Final = 1.0
 CONFIG_PATH: Final = "/etc/modelfleet-fake/standin.json"
 # What the shard's environment file sets, recorded so that tests can see what ctl passed.
 RECORDED_ENV: Final = (
@@ -856,6 +858,8 @@ class Settings:
     # Whether the llama-server stood in for was built with OpenSSL, as the project's
     # build is (a build without it refuses the TLS files: see main).
     llama_server_ssl: bool = True
+    # SGLang's /health generates one token through the scheduler (see Engine._health).
+    sglang_health_seconds: float = 1.0
 
     @staticmethod
     def load(environ: Mapping[str, str]) -> Settings:
@@ -890,6 +894,9 @@ class Settings:
             ),
             token_seconds=number(TOKEN_ENV, "token_seconds", 0.0),
             llama_server_ssl=file_values.get("llama_server_ssl", True) is not False,
+            sglang_health_seconds=number(
+                HEALTH_ENV, "sglang_health_seconds", DEFAULT_SGLANG_HEALTH_SECONDS
+            ),
         )
 
 
@@ -1835,6 +1842,10 @@ class Engine:
 
     def _health(self) -> Reply:
         p = self.opts.personality
+        if self.phase == "ready" and p == "sglang" and _sglang_health_generates():
+            # sglang/srt/entrypoints/http_server.py health_generate: a one-token generation
+            # through the scheduler before the 200, unless the variable turns it off.
+            time.sleep(self.settings.sglang_health_seconds)
         if self.phase == "ready":
             # vLLM and SGLang answer an empty 200; llama-server says {"status": "ok"}.
             return json_reply(200, {"status": "ok"}) if p == "llama-server" else Reply(200)
@@ -2130,6 +2141,13 @@ def _wants_version(personality: Personality, args: Sequence[str]) -> bool:
     if personality == "vllm":
         return args[:1] in (["-v"], ["--version"])
     return personality == "llama-server" and "--version" in args
+
+
+def _sglang_health_generates() -> bool:
+    """SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION, an EnvBool defaulting to true
+    (sglang/srt/environ.py): false, 0, no or n turn /health's generation off."""
+    value = os.environ.get("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "true")
+    return value.strip().lower() not in ("false", "0", "no", "n")
 
 
 def main(argv: Sequence[str] | None = None, module: str | None = None) -> int:

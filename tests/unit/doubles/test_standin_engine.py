@@ -172,6 +172,7 @@ class Engines:
         }
         env.update(
             MODELFLEET_STANDIN_LOAD_SECONDS="0.2",
+            MODELFLEET_STANDIN_SGLANG_HEALTH_SECONDS="0.05",
             MODELFLEET_STANDIN_RENDEZVOUS_SECONDS="10",
             MODELFLEET_STANDIN_CONFIG=str(self.root / "no-config.json"),
             PYTHONPATH=str(self.root / "site"),
@@ -747,3 +748,22 @@ def test_llama_server_downloads_a_model_url_into_its_cache_before_it_listens(
             assert hub.bytes_sent == 300_004, attempt
             llama.process.kill()
             llama.process.wait(timeout=10)
+
+
+@pytest.mark.parametrize(("generation", "slow"), [("true", True), ("false", False)])
+def test_sglang_health_waits_for_a_one_token_generation_unless_the_variable_turns_it_off(
+    engines: Engines, generation: str, slow: bool
+) -> None:
+    # sglang/srt/entrypoints/http_server.py health_generate: SGLANG_ENABLE_HEALTH_ENDPOINT_
+    # GENERATION (default true) makes /health generate a token first.
+    port = free_port()
+    env = {
+        "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": generation,
+        "MODELFLEET_STANDIN_SGLANG_HEALTH_SECONDS": "1.5",
+    }
+    sglang = engines.start("sglang", sglang_args(port), port, env=env)
+    sglang.wait_event("ready")
+    started = time.monotonic()
+    assert probe(f"{sglang.base}/health") == 200
+    took = time.monotonic() - started
+    assert (took >= 1.5) if slow else (took < 1.0), took
