@@ -10,8 +10,9 @@ starts (see docs/standin-engine.md for the install paths and the sources of ever
 
 It reads the command line as the real program does: an option the pinned release's own
 parser does not have is refused as that parser refuses it (the options are the data of
-scripts/engine_flags.py, installed beside it); the options it simulates have the real
-names and aliases, and the real ones it does not simulate are accepted and recorded. Then
+scripts/engine_flags.py, installed beside it), and so is a value that parser refuses
+(the same data's types and choices); the options it simulates have the real names and
+aliases, and the real ones it does not simulate are accepted and recorded. Then
 it behaves as the real server does where ctl can see it:
 
 - when it listens: vLLM binds its port at once but only listens once the engine is up
@@ -309,8 +310,8 @@ def _version_key(path: Path) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", path.stem.rpartition("-")[2]))
 
 
-def accepted_options(personality: Personality) -> frozenset[str]:
-    """The real parser's options, from the newest data file for this engine."""
+def option_data(personality: Personality) -> dict[str, object]:
+    """The newest data file for this engine, as scripts/engine_flags.py wrote it."""
     chosen = os.environ.get(FLAGS_ENV)
     folders = [chosen] if chosen else list(FLAGS_DIRS)
     engine = DATA_ENGINE[personality]
@@ -318,12 +319,16 @@ def accepted_options(personality: Personality) -> frozenset[str]:
         files = sorted(Path(folder).glob(f"{engine}-*.json"), key=_version_key)
         if files:
             with files[-1].open(encoding="utf-8") as handle:
-                data = cast(dict[str, object], json.load(handle))
-            return frozenset(str(o) for o in cast(list[object], data["options"]))
+                return cast(dict[str, object], json.load(handle))
     raise UsageError(
         f"standin: error: no option data for {engine} in {', '.join(folders)}: install"
         " cli/engines/engine_flags/*.json there (docs/standin-engine.md)"
     )
+
+
+def accepted_options(personality: Personality) -> frozenset[str]:
+    """The real parser's options, from the newest data file for this engine."""
+    return frozenset(str(o) for o in cast(list[object], option_data(personality)["options"]))
 
 
 def _data_name(personality: Personality, token: str) -> str:
@@ -397,6 +402,142 @@ def check_against_parser(
     return out
 
 
+# ------------------------------------------------------------------ values of options
+#
+# The values the real parsers check, of the options the stand-in does not simulate (and,
+# for llama-server, of those it does): the "values" of the same data files, which
+# scripts/engine_flags.py reads statically from the released parsers, vLLM 0.34.0's
+# vllm/engine/arg_utils.py `_compute_kwargs` and vllm/entrypoints/common/cli_args.py,
+# SGLang 0.5.23's sglang/srt/arg_groups/arg_utils.py `add_cli_args_from_dataclass`, and
+# llama.cpp's common/arg.cpp (as llama-cpp-python 0.3.36 vendors it). It is ctl's data
+# too (cli/engines/flags.py check_options): the stand-in refuses what those releases
+# refuse, but it is no independent check of that data; its refusals are the engines'
+# own messages, which ctl's are not. What the data leaves out is taken unchecked.
+
+
+@dataclass(frozen=True)
+class ValueRule:
+    kind: str = ""  # int, float (argparse's type=); c-int, c-float, c-unsigned (std::sto*)
+    choices: tuple[object, ...] = ()  # after conversion by `kind`
+    words: tuple[str, ...] = ()  # llama.cpp: taken before converting (`-ngl auto`)
+    none: bool = False  # vLLM's optional_type: "" and "None" are None
+
+
+def value_rules(personality: Personality) -> dict[str, ValueRule]:
+    raw = cast(dict[str, dict[str, object]], option_data(personality).get("values", {}))
+    return {
+        option: ValueRule(
+            kind=str(rule.get("type", "")),
+            choices=tuple(cast(list[object], rule.get("choices", []))),
+            words=tuple(str(word) for word in cast(list[object], rule.get("words", []))),
+            none=bool(rule.get("none", False)),
+        )
+        for option, rule in raw.items()
+    }
+
+
+def _vllm_optional_type(kind: Callable[[str], object]) -> Callable[[str], object]:
+    """vllm/engine/arg_utils.py optional_type(parse_type(kind)), with its message."""
+
+    def _optional_type(value: str) -> object:
+        if value in ("", "None"):
+            return None
+        try:
+            return kind(value)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(
+                f"Value {value} cannot be converted to {kind}."
+            ) from error
+
+    return _optional_type
+
+
+def _argparse_value(prog: str, name: str, rule: ValueRule, written: list[str]) -> None:
+    """Let argparse read the option as the real parser declares it: its refusal is then
+    argparse's own, in this Python's wording (`invalid choice: ...`), exit 2."""
+    kind: Callable[[str], object] = {"int": int, "float": float}.get(rule.kind, str)
+    choices: list[object] | None = list(rule.choices) or None
+    if rule.none:
+        kind = _vllm_optional_type(kind)
+        if choices is not None:
+            choices.append(None)  # _compute_kwargs appends None to an optional's choices
+    parser = _Parser(prog=prog, allow_abbrev=False)
+    parser.add_argument(name, type=kind, choices=choices)
+    parser.parse_args(written)
+
+
+_C_INTEGER: Final = re.compile(r"[ \t\n\v\f\r]*([+-]?\d+)")
+_C_FLOAT: Final = re.compile(
+    r"[ \t\n\v\f\r]*([+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?|0[xX][0-9a-fA-F.]+"
+    r"|[iI][nN][fF]|[nN][aA][nN]))"
+)
+
+
+def _c_conversion_fails(kind: str, value: str) -> str | None:
+    """The std::sto* that refuses `value` (its what(), as libstdc++ names it), or None:
+    leading white space and a sign, then digits; what follows is ignored; out_of_range
+    past int's (stoi), unsigned long's (stoul) or float's (stof) range."""
+    if kind in ("c-int", "c-unsigned"):
+        found = _C_INTEGER.match(value)
+        number = None if found is None else int(found.group(1))
+        if kind == "c-int":
+            return None if number is not None and -(2**31) <= number < 2**31 else "stoi"
+        return None if number is not None and abs(number) < 2**64 else "stoul"
+    if kind == "c-float":
+        found = _C_FLOAT.match(value)
+        if found is None:
+            return "stof"
+        text = found.group(1)
+        real = float.fromhex(text) if "x" in text.lower() else float(text)
+        finite = abs(real) <= 3.4028234663852886e38 or "inf" in text.lower()
+        return None if finite else "stof"
+    return None
+
+
+def check_values(personality: Personality, argv: Sequence[str], simulated: frozenset[str]) -> None:
+    """A UsageError, with the real parser's message, for the first option whose value
+    that parser refuses. `argv` is check_against_parser's (names whole)."""
+    rules = value_rules(personality)
+    index = 0
+    while index < len(argv):
+        token = argv[index]
+        index += 1
+        if token == "--":
+            return
+        if not _is_option(token):
+            continue
+        if personality == "llama-server":
+            rule = rules.get(token)
+            if rule is None:
+                continue
+            # common/arg.cpp common_params_parse_ex: the next token is the value, whatever
+            # it is; a handler's exception becomes this message, and main() returns 1.
+            if index >= len(argv):
+                what: str | None = "expected value for argument"
+            else:
+                value = argv[index]
+                index += 1
+                what = None if value in rule.words else _c_conversion_fails(rule.kind, value)
+            if what is not None:
+                raise UsageError(
+                    f'error while handling argument "{token}": {what}\n\nusage:\n{token}\n\n'
+                    "to show complete usage, run with -h"
+                )
+            continue
+        name, equals, value = token.partition("=")
+        rule = rules.get(name)
+        if rule is None or name in simulated or "." in name:
+            continue
+        prog = "vllm serve" if personality == "vllm" else "launch_server.py"
+        if equals:
+            _argparse_value(prog, name, rule, [token])
+        elif index < len(argv) and not _is_option(argv[index]):
+            _argparse_value(prog, name, rule, [name, argv[index]])
+            index += 1
+        else:
+            _argparse_value(prog, name, rule, [name])  # "expected one argument"
+
+
 def _is_option(token: str) -> bool:
     return token.startswith("-") and token != "-" and re.fullmatch(r"-\d+(\.\d*)?", token) is None
 
@@ -446,7 +587,16 @@ def split_unknown(argv: Sequence[str], flags: Sequence[Flag]) -> tuple[list[str]
     return known, unknown
 
 
-def build_parser(prog: str, flags: Sequence[Flag], positional_model: bool) -> _Parser:
+def _stoi(text: str) -> int:
+    """llama.cpp's int options: std::stoi, which reads "4096tokens" as 4096."""
+    if _c_conversion_fails("c-int", text):
+        raise ValueError(text)
+    return int(cast(re.Match[str], _C_INTEGER.match(text)).group(1))
+
+
+def build_parser(
+    prog: str, flags: Sequence[Flag], positional_model: bool, integer: Callable[[str], int] = int
+) -> _Parser:
     parser = _Parser(prog=prog, allow_abbrev=False)
     if positional_model:
         parser.add_argument("model_tag", nargs="?", default=None, metavar="model_tag")
@@ -462,7 +612,7 @@ def build_parser(prog: str, flags: Sequence[Flag], positional_model: bool) -> _P
             continue
         converters: dict[str, Callable[[str], object]] = {
             "str": str,
-            "int": int,
+            "int": integer,
             "float": float,
             "size": _human_int,
         }
@@ -630,6 +780,10 @@ def _check_topology(options: Options) -> None:
         raise UsageError(f"error: port {options.port} is out of range")
 
 
+def _names(flags: Sequence[Flag]) -> frozenset[str]:
+    return frozenset(name for flag in flags for name in flag.names)
+
+
 def _dashes(token: str) -> str:
     """vLLM's FlexibleArgumentParser takes --foo_bar for --foo-bar."""
     if not token.startswith("--"):
@@ -651,6 +805,7 @@ def parse_vllm(argv: Sequence[str]) -> Options:
         )
     tokens = [_dashes(token) for token in argv[1:]]
     tokens = check_against_parser("vllm", tokens, accepted_options("vllm"))
+    check_values("vllm", tokens, _names(VLLM_FLAGS))
     known, unknown = split_unknown(tokens, VLLM_FLAGS)
     values = _namespace(build_parser("vllm serve", VLLM_FLAGS, True).parse_args(known))
     model = (
@@ -696,6 +851,7 @@ def parse_vllm(argv: Sequence[str]) -> Options:
 
 def parse_sglang(argv: Sequence[str]) -> Options:
     argv = check_against_parser("sglang", argv, accepted_options("sglang"))
+    check_values("sglang", argv, _names(SGLANG_FLAGS))
     known, unknown = split_unknown(argv, SGLANG_FLAGS)
     values = _namespace(build_parser("launch_server.py", SGLANG_FLAGS, False).parse_args(known))
     model = _optional_str(values, "model_path")
@@ -738,8 +894,9 @@ def parse_sglang(argv: Sequence[str]) -> Options:
 
 def parse_llama(argv: Sequence[str]) -> Options:
     argv = check_against_parser("llama-server", argv, accepted_options("llama-server"))
+    check_values("llama-server", argv, _names(LLAMA_FLAGS))
     known, unknown = split_unknown(argv, LLAMA_FLAGS)
-    values = _namespace(build_parser("llama-server", LLAMA_FLAGS, False).parse_args(known))
+    values = _namespace(build_parser("llama-server", LLAMA_FLAGS, False, _stoi).parse_args(known))
     given = {token.partition("=")[0] for token in known}
     for flag in LLAMA_FLAGS:  # the environment fills in what the command line leaves out
         if flag.env is None or not os.environ.get(flag.env) or given & set(flag.names):
@@ -749,11 +906,14 @@ def parse_llama(argv: Sequence[str]) -> Options:
             if flag.kind == "flag":
                 values[flag.dest] = text.lower() in ("1", "true", "on", "enabled")
             elif flag.kind == "int":
-                values[flag.dest] = int(text)
+                values[flag.dest] = _stoi(text)
             else:
                 values[flag.dest] = text
         except ValueError as error:
-            raise UsageError(f"error: invalid value for {flag.env}: {text!r}") from error
+            # common/arg.cpp common_params_parse_ex, reading the environment.
+            raise UsageError(
+                f'error while handling environment variable "{flag.env}": stoi\n\n'
+            ) from error
     model = (
         _optional_str(values, "model")
         or _optional_str(values, "hf_repo")

@@ -608,6 +608,60 @@ def test_an_option_the_real_parser_lacks_is_refused_as_the_real_engine_refuses_i
     assert '"event": "start"' not in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("engine", "args", "code", "said"),
+    [
+        (
+            "vllm",
+            ["serve", "m", "--runner", "embed"],
+            2,
+            ["vllm serve: error: argument --runner: invalid choice: 'embed'", "pooling"],
+        ),
+        ("vllm", ["serve", "m", "--seed=abc"], 2, ["argument --seed: invalid int value: 'abc'"]),
+        (
+            "vllm",  # optional_type(int): "" and None are None, the rest must be an int
+            ["serve", "m", "--max-log-len", "None", "--max-cpu-loras", "x"],
+            2,
+            ["argument --max-cpu-loras: Value x cannot be converted to <class 'int'>."],
+        ),
+        ("vllm", ["serve", "m", "--runner"], 2, ["argument --runner: expected one argument"]),
+        ("sglang", ["--model-path", "m", "--dtype", "fp7"], 2, ["invalid choice: 'fp7'"]),
+        (
+            "llama-server",
+            ["-m", "m.gguf", "-ngl", "all", "--n-gpu-layers", "abc"],
+            1,
+            ['error while handling argument "--n-gpu-layers": stoi', "to show complete usage"],
+        ),
+        ("llama-server", ["-m", "m.gguf", "-c", "3000000000"], 1, ['"-c": stoi']),
+        ("llama-server", ["-m", "m.gguf", "-ngl"], 1, ["expected value for argument"]),
+    ],
+)  # fmt: skip
+def test_a_value_the_real_parser_refuses_is_refused_with_its_message(
+    engines: Engines, engine: str, args: list[str], code: int, said: list[str]
+) -> None:
+    """Values of options the stand-in does not simulate, checked from the data of
+    scripts/engine_flags.py as the real parsers check them (issue 31, point 7)."""
+    result = engines.run(engine, args)
+
+    assert result.returncode == code
+    for text in said:
+        assert text in result.stderr
+    assert '"event": "start"' not in result.stderr
+
+
+def test_values_the_real_parser_takes_are_taken(engines: Engines) -> None:
+    port = free_port()
+    args = vllm_args(port, "--convert", "embed", "--seed", "-1", "--max-log-len", "None")
+    vllm = engines.start("vllm", args, port)
+    vllm.wait_healthy()
+    assert vllm.debug()["unknown_args"] == [
+        "--convert", "embed", "--seed", "-1", "--max-log-len", "None",
+    ]  # fmt: skip
+    port = free_port()
+    llama = ["-m", "m.gguf", "--port", str(port), "-ngl", "auto", "-c", "4096tokens"]
+    engines.start("llama-server", llama, port).wait_healthy()  # std::stoi reads "4096"
+
+
 def test_options_the_real_parser_has_are_taken_and_argparse_abbreviations_expanded(
     engines: Engines,
 ) -> None:
