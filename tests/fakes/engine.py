@@ -45,7 +45,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
+import math
 import os
 import re
 import signal
@@ -704,6 +706,9 @@ class Options:
     tls: Tls | None = None  # serves HTTPS
     max_running: int = 1  # requests it runs at once; the others wait in its queue
     metrics: bool = True  # serves /metrics (SGLang: --enable-metrics; llama-server: --metrics)
+    # A pooling model (vLLM --runner pooling, SGLang --is-embedding, llama-server
+    # --embeddings): it serves /v1/embeddings.
+    embedding: bool = False
     parsed: dict[str, object] = field(default_factory=dict)
     unknown: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -780,6 +785,16 @@ def _check_topology(options: Options) -> None:
         raise UsageError(f"error: port {options.port} is out of range")
 
 
+def _value_of(tokens: Sequence[str], option: str) -> str | None:
+    """The last value given to `option` (`--opt v` or `--opt=v`) among `tokens`."""
+    found: str | None = None
+    for index, token in enumerate(tokens):
+        name, equals, value = token.partition("=")
+        if name == option:
+            found = value if equals else (tokens[index + 1] if index + 1 < len(tokens) else None)
+    return found
+
+
 def _names(flags: Sequence[Flag]) -> frozenset[str]:
     return frozenset(name for flag in flags for name in flag.names)
 
@@ -834,6 +849,7 @@ def parse_vllm(argv: Sequence[str]) -> Options:
     options.rendezvous_timeout = None if timeout is None else float(timeout)
     options.tls = _vllm_tls(values)
     options.max_running = _max_running("vllm", _optional_int(values, "max_num_seqs"))
+    options.embedding = _value_of(unknown, "--runner") == "pooling"
     if options.shutdown_timeout is not None and options.shutdown_timeout < 0:
         raise UsageError(f"error: Invalid wait timeout: {options.shutdown_timeout:g}")
     _check_topology(options)
@@ -884,6 +900,7 @@ def parse_sglang(argv: Sequence[str]) -> Options:
     # SGLang serves /metrics only with --enable-metrics (sglang/srt/entrypoints/
     # http_server.py adds the route when server_args.enable_metrics).
     options.metrics = bool(values["enable_metrics"])
+    options.embedding = bool(values["is_embedding"])
     if options.nnodes > 1:
         address = _optional_str(values, "dist_init_addr")
         if address is None:
@@ -942,6 +959,7 @@ def parse_llama(argv: Sequence[str]) -> Options:
     parallel = _int_value(values, "parallel")
     options.max_running = _max_running("llama-server", parallel if parallel > 0 else None)
     options.metrics = bool(values["metrics"])  # server.cpp: 501 on /metrics without it
+    options.embedding = bool(values["embedding"])  # --embedding(s) or LLAMA_ARG_EMBEDDINGS
     _check_topology(options)
     return options
 
@@ -1262,6 +1280,24 @@ class StandinHandler(BaseHTTPRequestHandler):
 # --------------------------------------------------------------------------- the engine
 
 Phase = Literal["starting", "rendezvous", "loading", "warmup", "ready", "draining", "stopped"]
+
+
+EMBEDDING_WIDTH: Final = 16
+
+
+def _embedding(text: str) -> list[float]:
+    """A unit vector that depends only on the text: the same input, the same embedding."""
+    digest = hashlib.sha256(text.encode()).digest()
+    raw = [byte / 255.0 - 0.5 for byte in digest[:EMBEDDING_WIDTH]]
+    norm = math.sqrt(sum(value * value for value in raw)) or 1.0
+    return [round(value / norm, 6) for value in raw]
+
+
+def _sglang_error(status: int, message: str, kind: str) -> Reply:
+    """sglang/srt/entrypoints/openai/serving_base.py create_error_response: ErrorResponse,
+    not wrapped in {"error": ...}."""
+    error = {"object": "error", "message": message, "type": kind, "param": None, "code": status}
+    return json_reply(status, error)
 
 
 def _sleep_request(text: str) -> float:
@@ -1988,11 +2024,28 @@ class Engine:
                 {
                     "model_path": self.opts.model,
                     "tokenizer_path": self.opts.model,
-                    "is_generation": True,
+                    "is_generation": not self.opts.embedding,
                 },
             )
         if method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
+            # NOT YET AS STRICT AS vLLM: vllm/entrypoints/launchers/api_server/routers.py
+            # register_api_routers registers the generate routes only `if "generate" in
+            # supported_tasks`, which a pooling runner's are not, so the real vLLM answers
+            # FastAPI's 404 {"detail": "Not Found"} here. The fleet's tests still chat
+            # with their `embedding: true` vLLM replicas (docs/standin-engine.md, "What
+            # each stand-in refuses"), so the stand-in answers until they embed instead.
+            if self.opts.embedding and p == "sglang":
+                # SGLang registers the route whatever the model; the request reaches the
+                # embedding model, whose output has no "text" (managers/tokenizer_manager.py
+                # _handle_batch_output), and serving_chat.py's reading of it raises KeyError,
+                # which serving_base.py handle_request answers as a 500.
+                return _sglang_error(500, "Internal server error: 'text'", "InternalServerError")
+            # llama-server (llama.cpp in llama-cpp-python 0.3.36) registers and serves them
+            # with --embeddings too (tools/server/server.cpp; no check of params.embedding in
+            # server-context.cpp handle_completions_impl).
             return self._generate(path == "/v1/chat/completions", body)
+        if method == "POST" and path == "/v1/embeddings":
+            return self._embeddings(body)
         if p == "llama-server":
             return json_reply(
                 404,
@@ -2114,6 +2167,58 @@ class Engine:
             return self._completion(chat, name, served, prompt, fields.get("stream") is True)
         finally:
             self.end_request()
+
+    def _embeddings(self, body: bytes) -> Reply:
+        """POST /v1/embeddings, OpenAI's shape in each engine's variant."""
+        p = self.opts.personality
+        if not self.opts.embedding:
+            if p == "llama-server":  # server-context.cpp handle_embeddings_impl
+                return json_reply(501, {"error": {
+                    "code": 501, "type": "not_supported_error",
+                    "message": "This server does not support embeddings. Start it with"
+                    " `--embeddings`",
+                }})  # fmt: skip
+            if p == "sglang":  # managers/tokenizer_manager.py _validate_one_request
+                return _sglang_error(
+                    400,
+                    "This model does not appear to be an embedding model by default. Please"
+                    " add `--is-embedding` when launching the server or try another model.",
+                    "BadRequest",
+                )
+            return json_reply(404, {"detail": "Not Found"})  # vLLM: no pooling routes
+        try:
+            request = cast(object, json.loads(body or b"{}"))
+        except ValueError:
+            return openai_error(400, "The request body is not valid JSON.", "BadRequestError")
+        fields = cast(dict[str, object], request) if isinstance(request, dict) else {}
+        raw = fields.get("input")
+        texts = [raw] if isinstance(raw, str) else raw if isinstance(raw, list) else None
+        if not texts:
+            return openai_error(400, "input: a string or a non-empty list", "BadRequestError")
+        asked = fields.get("model")
+        if p == "vllm" and asked is not None and asked not in self.opts.served_names:
+            return openai_error(
+                404, f"The model `{asked}` does not exist.", "NotFoundError", "model"
+            )
+        name = asked if isinstance(asked, str) and asked else self.opts.served_names[0]
+        if not self.begin_request():
+            return self._refuse_draining("")
+        try:
+            data = [
+                {"object": "embedding", "index": index, "embedding": _embedding(str(text))}
+                for index, text in enumerate(cast(list[object], texts))
+            ]
+        finally:
+            self.end_request()
+        tokens = sum(max(1, len(str(text).split())) for text in cast(list[object], texts))
+        usage: dict[str, object] = {"prompt_tokens": tokens, "total_tokens": tokens}
+        payload: dict[str, object] = {"object": "list", "data": data, "model": name}
+        if p == "vllm":  # vllm/entrypoints/pooling/embed/protocol.py EmbeddingResponse
+            payload.update(id=f"embd-{uuid.uuid4().hex}", created=int(time.time()))
+        if p != "llama-server":  # llama-server's usage has the two counts only
+            usage.update(completion_tokens=0, prompt_tokens_details=None)
+        payload["usage"] = usage
+        return json_reply(200, payload)
 
     def _take_slot(self) -> bool:
         """Wait in the queue for one of the engine's max_running slots, as the real

@@ -821,3 +821,72 @@ def test_sglang_health_waits_for_a_one_token_generation_unless_the_variable_turn
     assert probe(f"{sglang.base}/health") == 200
     took = time.monotonic() - started
     assert (took >= 1.5) if slow else (took < 1.0), took
+
+
+def embed(base: str, model: str, text: str | list[str]) -> Answer:
+    return http(f"{base}/v1/embeddings", {"model": model, "input": text})
+
+
+def test_pooling_models_serve_embeddings_and_generate_models_refuse_them(
+    engines: Engines,
+) -> None:
+    """Issue 31, point 7.2: vLLM --runner pooling, SGLang --is-embedding and llama-server
+    --embeddings serve /v1/embeddings in OpenAI's shape; without them each engine refuses
+    it as the real one does."""
+    starts: dict[str, Callable[..., list[str]]] = {
+        "vllm": vllm_args,
+        "sglang": lambda port, *extra: sglang_args(port, "--skip-server-warmup", *extra),
+        "llama-server": lambda port, *extra: [
+            "-m", "/models/e.gguf", "--host", LOCALHOST, "--port", str(port), "-a", "big",
+            *extra,
+        ],
+    }  # fmt: skip
+    pooling = {"vllm": ["--runner", "pooling"], "sglang": ["--is-embedding"],
+               "llama-server": ["--embeddings"]}  # fmt: skip
+    refused: dict[str, tuple[int, str | dict[str, str]]] = {
+        "vllm": (404, {"detail": "Not Found"}),
+        "sglang": (400, "does not appear to be an embedding model"),
+        "llama-server": (501, "Start it with `--embeddings`"),
+    }
+    for engine, args in starts.items():
+        name = "tiny" if engine == "vllm" else "big"
+        port = free_port()
+        running = engines.start(engine, args(port, *pooling[engine]), port)
+        running.wait_healthy()
+        answer = embed(running.base, name, ["hello there", "hello there", "bye"])
+        assert answer.status == 200, (engine, answer.body)
+        body = answer.json()
+        assert (body["object"], body["model"]) == ("list", name)
+        data = cast(list[dict[str, object]], body["data"])
+        assert [(d["object"], d["index"]) for d in data] == [("embedding", i) for i in range(3)]
+        vectors = [cast(list[float], d["embedding"]) for d in data]
+        assert vectors[0] == vectors[1] != vectors[2]  # the same text, the same vector
+        assert all(isinstance(x, float) for x in vectors[0]) and len(vectors[0]) > 1
+        assert cast(dict[str, int], body["usage"])["prompt_tokens"] == 5
+        running.process.send_signal(signal.SIGTERM)
+        running.process.wait(timeout=10)
+
+        port = free_port()
+        generating = engines.start(engine, args(port), port)
+        generating.wait_healthy()
+        status, said = refused[engine]
+        answer = embed(generating.base, name, "hello")
+        assert answer.status == status, (engine, answer.body)
+        assert said == answer.json() if isinstance(said, dict) else said in answer.body.decode()
+        generating.process.send_signal(signal.SIGTERM)
+        generating.process.wait(timeout=10)
+
+
+def test_sglang_is_embedding_fails_a_chat_request_as_sglang_does(engines: Engines) -> None:
+    # SGLang routes chat whatever its model: an embedding model's output has no text, and
+    # its chat serving's KeyError is a 500 (serving_base.py handle_request).
+    port = free_port()
+    sglang = engines.start("sglang", sglang_args(port, "--is-embedding"), port)
+    sglang.wait_healthy()
+    answer = chat(sglang.base, "big", "hello")
+    assert answer.status == 500
+    assert answer.json() == {
+        "object": "error", "message": "Internal server error: 'text'",
+        "type": "InternalServerError", "param": None, "code": 500,
+    }  # fmt: skip
+    assert http(f"{sglang.base}/get_model_info").json()["is_generation"] is False
