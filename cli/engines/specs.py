@@ -335,6 +335,16 @@ def _sglang(profile: ProfileSpec, model: str, source: str, place: Rank) -> list[
     return argv
 
 
+def _sglang_environment(profile: ProfileSpec, place: Rank) -> dict[str, str]:  # noqa: ARG001
+    # SGLang's /health runs a one-token generation through the scheduler and answers after
+    # at least one second (sglang/srt/entrypoints/http_server.py health_generate: it sleeps
+    # 1 s before it looks for the answer); the router's relay gives a health check 800 ms
+    # (playbooks/deploy_router.yml), so every check would fail and take the replica out.
+    # False makes /health answer at once, still 503 while starting and while it drains;
+    # /health_generate keeps the generation for whoever wants it (sglang/srt/environ.py).
+    return {"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "false"}
+
+
 SGLANG = EngineSpec(
     name="sglang",
     label="SGLang",
@@ -385,6 +395,7 @@ SGLANG = EngineSpec(
         "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage"
     ),
     metrics_args=("--enable-metrics",),
+    environment=_sglang_environment,
 )
 
 # --------------------------------------------------------------------------- llama.cpp

@@ -282,6 +282,28 @@ def test_sglang_writes_tp_size_and_vllm_gets_the_serving_address_as_vllm_host_ip
     assert "VLLM_HOST_IP" not in environment(sglang, Rank(0, 2, 8000, "10.0.0.1", gpus=(0,)))
 
 
+def test_sglang_answers_health_without_generating_unless_the_catalog_says_otherwise() -> None:
+    """The relay's health check has 800 ms; SGLang's /health generates a token first and
+    answers after a second at the earliest, so ctl turns the generation off."""
+    text = (
+        "models:\n  m:\n    source: hf://org/m\n    profiles:\n"
+        "      - {name: s, priority: 1, engine: sglang, gpu_class: H100, gpus_per_node: 1}\n"
+        "      - {name: v, priority: 2, engine: vllm, gpu_class: H100, gpus_per_node: 1}\n"
+        "  n:\n    source: hf://org/n\n    profiles:\n"
+        "      - {name: s, priority: 1, engine: sglang, gpu_class: H100, gpus_per_node: 1,"
+        " env: {SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION: 'true'}}\n"
+    )
+    catalog = parse_catalog(text, "c.yaml")
+    by_engine = {profile.spec.engine: profile for profile in catalog.models["m"].profiles}
+    sglang, vllm = by_engine["sglang"], by_engine["vllm"]
+    place = Rank(0, 1, 8000, "10.0.0.1", gpus=(0,))
+    files = shard_files("hgx-1", "10.0.0.1", "m-1", sglang, place, NOW)
+    assert 'SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION="false"' in files.env_text.splitlines()
+    assert "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION" not in environment(vllm, place)
+    [asked] = catalog.models["n"].profiles
+    assert environment(asked, place)["SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"] == "true"
+
+
 def test_a_multi_node_rank_on_a_named_interface_gets_nccl_and_gloo_socket_ifname() -> None:
     text = (
         "models:\n  big:\n    source: hf://org/big\n    profiles:\n"
