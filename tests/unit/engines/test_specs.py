@@ -239,17 +239,18 @@ def test_every_example_command_line_holds_only_options_its_engine_has(path: Path
         assert check_options(spec, spec.pinned_version, argv[program:], options) == [], key
 
 
-EMBEDDING_MODELS = ("hf://BAAI/bge-m3",)  # real vLLM resolves `--runner auto` to pooling
+# Real vLLM resolves `--runner auto` to pooling for bge-m3; its GGUF is an embedding model too.
+EMBEDDING_MODELS = ("hf://BAAI/bge-m3", "file:///srv/models/bge-m3-q8_0.gguf")
 
 
 @pytest.mark.parametrize("path", example_catalogs(), ids=lambda p: p.relative_to(ROOT).as_posix())
-def test_every_example_embedding_model_is_declared_one(path: Path) -> None:
+def test_every_example_embedding_model_is_declared_one_and_no_chat_model_is(path: Path) -> None:
     # XLMRobertaModel, bge-m3's architecture, is in vLLM 0.34's _EMBEDDING_MODELS only
-    # (vllm/model_executor/models/registry.py): it serves no chat routes.
+    # (vllm/model_executor/models/registry.py): it serves no chat routes. A chat model's
+    # profile declared one would serve embeddings only on the nodes that profile picks.
     for model in parse_catalog(path.read_text(), str(path)).models.values():
         for profile in model.profiles:
-            if profile.source in EMBEDDING_MODELS:
-                assert profile.spec.embedding, profile.key
+            assert bool(profile.spec.embedding) == (profile.source in EMBEDDING_MODELS), profile.key
 
 
 def test_the_example_bge_m3_is_an_embedding_server_in_each_engines_own_mode() -> None:
