@@ -319,14 +319,22 @@ def test_ctrl_c_during_the_clone_waits_for_it_and_removes_the_vm(
     pve: Running, key_file: Path
 ) -> None:
     pve.knobs.clone_seconds = 3.0
-    process = subprocess.Popen(
-        [sys.executable, "-m", "cli", *arguments(pve, key_file)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=environment(pve),
-        cwd=ROOT,
-    )
+    # As from an operator's terminal: a suite started in the background by a non-interactive
+    # shell ignores SIGINT, ctl would inherit that, and Python then never turns Ctrl-C into
+    # KeyboardInterrupt (the run went on to the end, exit 0). A handler, unlike an ignored
+    # signal, is reset to the default by exec.
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "cli", *arguments(pve, key_file)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=environment(pve),
+            cwd=ROOT,
+        )
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     assert process.stderr is not None
     seen: list[str] = []
     waiting = threading.Event()
