@@ -117,6 +117,27 @@ def test_bench_apply_starts_and_stops_every_replica_both_ways(
 
 
 @pytest.mark.fleet
+def test_bench_apply_wide_starts_a_replica_on_every_node_in_one_run_per_variant(
+    fleet_exclusive: LiveFleet,
+) -> None:
+    # docs/scale.md's `--wide 64`, on the session's three nodes and two of its variants:
+    # what it times is one start run and one stop run over every node, none failed (the
+    # catalog's 64 replicas fit one to a node of 64; three nodes take several each).
+    nodes = len(fleet_exclusive.names)
+    figures = bench(
+        "bench_apply.py", "--wide", str(nodes), "--variants", "ctl,start-linear", timeout=900
+    )
+    assert (figures["bench"], figures["nodes"]) == ("apply-wide", nodes)
+    assert [f["variant"] for f in figures["figures"]] == ["ctl", "start-linear"]
+    for figure in figures["figures"]:
+        assert figure["nodes"] == nodes and figure["started"] >= nodes, figure
+        assert figure["playbook_runs"] == 1 and figure["failed"] == 0, figure
+        assert figure["stop_failed"] == 0, figure
+    configured = fleet_script.status(fleet_exclusive.state_dir)
+    assert tuple(node.name for node, _ in configured) == fleet_exclusive.names
+
+
+@pytest.mark.fleet
 def test_bench_stage_downloads_once_per_node_and_never_to_a_holder(
     fleet_exclusive: LiveFleet,
 ) -> None:
@@ -153,7 +174,7 @@ def test_bench_watch_runs_no_playbook_for_nothing_and_replaces_a_cut_nodes_repli
     recovery = figures["recovery"]
     # Each single-node replica of the cut node started elsewhere, and was stopped on the
     # node once it came back; the controller exited 0 on SIGTERM.
-    assert recovery["replicas"] and recovery["orphans_stopped"] == recovery["replicas"]
+    assert recovery["replicas"] and recovery["orphans_stopped"] == recovery["replicas"], recovery
     assert recovery["exit_code"] == 0
     assert figures["memory"]["passes"] == 20 and figures["memory"]["exit_code"] == 0
     configured = fleet_script.status(fleet_exclusive.state_dir)
