@@ -181,6 +181,13 @@ def recovery(state: Path, node: str, interval: str, lost_after: str) -> dict[str
         "seconds": round(seconds, 1),
         "stop_seconds": round(stopping, 1),  # how long `testfleet stop` itself took
         "orphans_stopped": sorted(line.split()[1] for line in orphans),
+        # Each pass that stopped one, as the controller logged it: a replica stopped twice
+        # is a pass that found it again, and these say which and when.
+        "orphan_stop_passes": [
+            {key: done.get(key) for key in ("time", "did", "could_not", "left_undone")}
+            for done in controller.passes()
+            if any(line.startswith("stopped ") for line in done["did"])
+        ],
         "exit_code": code,
     }
 
