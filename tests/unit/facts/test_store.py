@@ -235,3 +235,127 @@ def test_the_inventorys_store_reaches_the_probe_as_its_argument() -> None:
 def test_a_store_path_the_shell_would_read_otherwise_is_refused_at_load(path: str) -> None:
     with pytest.raises(ValueError, match="modelfleet_model_store"):
         HostVars.model_validate({"modelfleet_model_store": path})
+
+
+# --------------------------------------------------------------------------- at the edges
+# Written against survivors of the mutation run in cli/facts/sections/store.py: the bounds
+# the examples above stepped around, and the wording of each refusal.
+
+ZIB = 1 << 70
+
+
+def store_error(text: str) -> str:
+    with pytest.raises(FactsParseError) as raised:
+        parse_model_store(text)
+    return str(raised.value)
+
+
+def marker_notes(line: str) -> list[str]:
+    store, notes = parse_model_store(f"store\t{STORE}\tpresent\n{line}\n{STATFS}")
+    assert store.weights == ()
+    return notes
+
+
+@pytest.mark.parametrize(
+    ("filesystem", "error"),
+    [
+        (
+            "filesystem\t4096\t10",
+            r"expected 'filesystem BLOCK_SIZE BLOCKS AVAILABLE', got 'filesystem\t4096\t10'",
+        ),
+        ("filesystem\tx\t10\t1", "block size 'x' is not a whole number"),
+        (
+            f"filesystem\t{1 << 31}\t10\t1",
+            f"block size '{1 << 31}' is out of range (at most 1,073,741,824)",
+        ),
+        ("filesystem\t4096\t10\t-1", "available blocks '-1' is not a whole number"),
+        (f"filesystem\t{1 << 30}\t{(1 << 40) + 1}\t0", "a filesystem of more than 1 ZiB"),
+    ],
+    ids=["three-fields", "block-size-word", "block-size-2gib", "available-negative", "over-1zib"],
+)
+def test_a_filesystem_line_no_statfs_prints_is_refused_naming_its_line(
+    filesystem: str, error: str
+) -> None:
+    text = f"store\t{STORE}\tpresent\n{filesystem}\n"
+    assert store_error(text) == f"model store line 2: {error}"
+
+
+def test_a_full_filesystem_of_exactly_1_zib_with_all_of_it_free_is_believed() -> None:
+    store, notes = parse_model_store(
+        f"store\t{STORE}\tpresent\nfilesystem\t{1 << 30}\t{1 << 40}\t{1 << 40}\n"
+    )
+    assert (store.total_bytes, store.free_bytes, notes) == (ZIB, ZIB, [])
+
+
+def test_a_complete_line_without_its_marker_is_a_note() -> None:
+    notes = marker_notes(f"complete\t{store_directory(SOURCE)}")
+    assert notes == ["model store line 2: expected 'complete DIRECTORY MARKER'"]
+
+
+def test_a_marker_of_4095_characters_is_read_and_one_the_probe_may_have_cut_is_not() -> None:
+    def line(length: int) -> str:
+        body = json.dumps({"source": SOURCE, "bytes": 5})
+        return f"complete\t{store_directory(SOURCE)}\t{body[:-1].ljust(length - 1)}}}"
+
+    store, notes = parse_model_store(f"store\t{STORE}\tpresent\n{line(4095)}\n{STATFS}")
+    assert (store.weights, notes) == ((StoredWeights(source=SOURCE, bytes=5),), [])
+
+    assert marker_notes(line(4096)) == [
+        f"model store line 2: the marker in {store_directory(SOURCE)!r} is longer than 4,096"
+        " characters"
+    ]
+
+
+def test_a_marker_saying_nan_bytes_is_a_note_naming_the_constant() -> None:
+    line = f"complete\t{store_directory(SOURCE)}\t" + json.dumps(
+        {"source": SOURCE, "bytes": float("nan")}
+    )
+    assert marker_notes(line) == [
+        f"model store line 2: the marker in {store_directory(SOURCE)!r}: NaN is not a number"
+        " a record may hold"
+    ]
+
+
+def test_a_marker_of_exactly_1_zib_is_believed() -> None:
+    store, notes = parse_model_store(f"store\t{STORE}\tpresent\n{marker(SOURCE, ZIB)}{STATFS}")
+    assert (store.weights, notes) == ((StoredWeights(source=SOURCE, bytes=ZIB),), [])
+
+
+def test_a_source_marked_twice_is_a_note_and_the_markers_after_it_still_count() -> None:
+    other = "hf://Qwen/Qwen2.5-7B-Instruct"
+    text = (
+        f"store\t{STORE}\tpresent\n{marker(SOURCE, 5)}{marker(SOURCE, 6)}{marker(other, 7)}{STATFS}"
+    )
+    store, notes = parse_model_store(text)
+    assert store.weights == (
+        StoredWeights(source=SOURCE, bytes=5),
+        StoredWeights(source=other, bytes=7),
+    )
+    assert notes == [f"model store line 3: {SOURCE!r} is stored twice"]
+
+
+def test_twenty_bad_lines_are_twenty_notes_with_no_count() -> None:
+    junk = "".join(f"junk {i}\n" for i in range(MAX_STORE_NOTES))
+    _, notes = parse_model_store(f"store\t{STORE}\tpresent\n{junk}{STATFS}")
+    assert notes == [f"model store line {i + 2}: unexpected line 'junk {i}'" for i in range(20)]
+
+
+@pytest.mark.parametrize(
+    ("store", "error"),
+    [
+        (f"store\t/{'m' * 1023}\tpresent", None),
+        (f"store\t/{'m' * 1024}\tpresent", f"'/{'m' * 56}...' is not an absolute path"),
+        ("store\t/srv/mo\x1bdels\tpresent", r"'/srv/mo\x1bdels' is not an absolute path"),
+        ("store\tmodels\tabsent\t/var/lib", "'models' is not an absolute path"),
+        (f"store\t{STORE}\tabsent\tvar/lib", "'var/lib' is not an absolute path"),
+    ],
+    ids=["1024-characters", "1025-characters", "escape", "relative-store", "relative-parent"],
+)
+def test_a_store_path_is_absolute_printable_and_at_most_1024_characters(
+    store: str, error: str | None
+) -> None:
+    text = f"{store}\n{STATFS}"
+    if error is None:
+        assert parse_model_store(text)[0].path == store.split("\t")[1]
+    else:
+        assert store_error(text) == f"model store line 1: {error}"
