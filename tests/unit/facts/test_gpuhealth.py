@@ -195,3 +195,78 @@ def test_remapped_rows_are_read_by_uuid() -> None:
     rows = parse_remapped_rows(f"{UUID_0}, Yes, No\nNo devices were found\n")
 
     assert rows[UUID_0].values == {"remapped_rows.pending": True, "remapped_rows.failure": False}
+
+
+# --------------------------------------------------------------------------- at the edges
+# Written against survivors of the mutation run in cli/facts/sections/gpuhealth.py: the
+# section each refusal names, the bounds on GPUs and indexes, and where the lines to skip
+# may stand.
+
+RETIRED = "nvidia-smi --query-gpu=index,retired_pages.pending"
+REMAPPED = "nvidia-smi --query-remapped-rows=gpu_uuid,remapped_rows.pending,remapped_rows.failure"
+
+
+def retired_error(text: str) -> str:
+    with pytest.raises(FactsParseError) as raised:
+        parse_retired_pages(text)
+    return str(raised.value)
+
+
+def remapped_error(text: str) -> str:
+    with pytest.raises(FactsParseError) as raised:
+        parse_remapped_rows(text)
+    return str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("0, Maybe\n", "line 1: retired_pages.pending 'Maybe' is not Yes or No"),
+        ("0, No\n0, Yes\n", "line 2: GPU 0 given twice"),
+        ("0, No, No\n", "line 1: expected 2 fields, got 3"),
+        ("GPU-0, No\n", "line 1: index 'GPU-0' is not a whole number"),
+        ("1024, No\n", "line 1: index '1024' is out of range (at most 1,023)"),
+    ],
+    ids=["not-yes-or-no", "twice", "three-fields", "uuid-for-index", "index-1024"],
+)
+def test_a_retired_pages_row_refused_names_the_section_and_line(text: str, error: str) -> None:
+    assert retired_error(text) == f"{RETIRED} {error}"
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        (f"{UUID_0}, Yes, Maybe\n", "line 1: remapped_rows.failure 'Maybe' is not Yes or No"),
+        ("[N/A], No, No\n", "line 1: GPU '[N/A]' is no GPU"),
+        (f"{UUID_0}, No, No\n, No, No\n", "line 2: GPU '' is no GPU"),
+    ],
+    ids=["not-yes-or-no", "n-a-for-uuid", "empty-uuid"],
+)
+def test_a_remapped_rows_row_refused_names_the_section_and_line(text: str, error: str) -> None:
+    assert remapped_error(text) == f"{REMAPPED} {error}"
+
+
+def test_the_highest_gpu_index_is_read() -> None:
+    assert parse_retired_pages("1023, Yes\n")[1023].values == {"retired_pages.pending": True}
+
+
+def test_more_rows_than_gpus_a_node_may_have_are_refused_before_any_is_read() -> None:
+    rows = "".join(f"{i}, No\n" for i in range(1025))
+
+    assert retired_error(rows) == f"{RETIRED}: reported 1025 GPUs, more than 1,024"
+
+
+def test_no_devices_found_is_not_counted_nor_stops_the_rows_after_it() -> None:
+    rows = "".join(f"{i}, No\n" for i in range(1, 1024))
+
+    found = parse_retired_pages(f"No devices were found\n0, Yes\n{rows}")
+
+    assert len(found) == 1024
+    assert found[0].values == {"retired_pages.pending": True}
+
+
+def test_a_field_in_error_is_a_fault_and_its_value_unknown() -> None:
+    flags = parse_retired_pages("0, [GPU requires reset]\n")[0]
+
+    assert flags.values == {"retired_pages.pending": None}
+    assert flags.faults == ("retired_pages.pending: [GPU requires reset]",)
