@@ -188,3 +188,107 @@ def test_an_empty_key_in_a_shard_record_is_refused_without_an_empty_path() -> No
     with pytest.raises(FactsParseError) as raised:
         parse_shard_records(record + "\n")
     assert str(raised.value) == "shard records line 1: Extra inputs are not permitted"
+
+
+def topology_of(columns: int) -> str:
+    """A header of GPU0 and `columns - 1` NICs, and GPU0's row across them."""
+    nics = [f"NIC{i}" for i in range(columns - 1)]
+    header = "\t" + "\t".join(["GPU0", *nics]) + "\tCPU Affinity\n"
+    return header + "GPU0\t X \t" + "\t".join("SYS" for _ in nics) + "\t0-7\n"
+
+
+def test_a_topology_of_2048_columns_is_read_and_one_more_refused_at_the_header() -> None:
+    assert parse_topology(topology_of(2048)) == ((0,),)
+
+    assert topology_error(topology_of(2049)) == (
+        "nvidia-smi topo -m line 1: reported 2049 columns, more than 2,048"
+    )
+
+
+def test_a_gpu_number_of_1024_is_refused_where_it_stands() -> None:
+    column = "topology of node-1\n\tGPU0\tGPU1024\tCPU Affinity\nGPU0\t X \tNV4\t0-7\n"
+    assert topology_error(column) == (
+        "nvidia-smi topo -m line 2: 'GPU1024': a GPU number of 1,024 or more"
+    )
+
+    row = "\tGPU0\tCPU Affinity\nGPU0\t X \t0-7\nGPU1024\tSYS\t0-7\n"
+    assert topology_error(row) == (
+        "nvidia-smi topo -m line 3: 'GPU1024': a GPU number of 1,024 or more"
+    )
+
+
+SHARD_FIELDS = '{"replica": "r-0", "model": "m", "profile": "p", "engine": "vllm"'
+
+
+def shard_with(fields: str) -> str:
+    return f"{SHARD_FIELDS}, {fields}}}\n"
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        '"rank": 1023, "nodes": 1024',
+        '"rank": 0, "gpus": [' + ", ".join(str(i) for i in range(1024)) + "]",
+        '"rank": 0, "gpus": [1023]',
+        '"rank": 0, "hcas": [' + ", ".join(f'"mlx5_{i}:1"' for i in range(1024)) + "]",
+        '"rank": 0, "port": 1',
+        '"rank": 0, "port": 65535',
+        '"rank": 0, "memory_gib": 0',
+        '"rank": 0, "memory_gib": 1073741824',
+    ],
+    ids=[
+        "1024-nodes",
+        "1024-gpus",
+        "gpu-1023",
+        "1024-hcas",
+        "port-1",
+        "port-65535",
+        "no-memory",
+        "1-eib-memory",
+    ],
+)
+def test_a_shard_record_at_each_bound_is_believed(fields: str) -> None:
+    (record,) = parse_shard_records(shard_with(fields))
+    assert record.replica == "r-0"
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ('"rank": 1024, "nodes": 1025', "nodes 1025 is more than 1,024"),
+        ('"rank": 1024, "nodes": 1024', "rank 1024 is more than 1,023"),
+        (
+            '"rank": 0, "gpus": [' + ", ".join(str(i) for i in range(1025)) + "]",
+            "claims 1025 GPUs, more than 1,024",
+        ),
+        ('"rank": 0, "gpus": [1024]', "GPU 1024 is out of range (0 to 1,023)"),
+        ('"rank": 0, "gpus": [3, 3]', "claims a GPU twice"),
+        (
+            '"rank": 0, "hcas": [' + ", ".join(f'"mlx5_{i}:1"' for i in range(1025)) + "]",
+            "claims 1025 HCAs, more than 1,024",
+        ),
+        ('"rank": 0, "port": 0', "port 0 is out of range (1 to 65,535)"),
+        ('"rank": 0, "port": 65536', "port 65536 is out of range (1 to 65,535)"),
+        ('"rank": 0, "memory_gib": -1', "memory_gib -1.0 is not a size (0 to 1.07374e+09 GiB)"),
+        (
+            '"rank": 0, "memory_gib": 1073741825',
+            "memory_gib 1073741825.0 is not a size (0 to 1.07374e+09 GiB)",
+        ),
+    ],
+    ids=[
+        "1025-nodes",
+        "rank-1024",
+        "1025-gpus",
+        "gpu-1024",
+        "gpu-twice",
+        "1025-hcas",
+        "port-0",
+        "port-65536",
+        "negative-memory",
+        "memory-over-1-eib",
+    ],
+)
+def test_a_shard_record_past_a_bound_is_refused_naming_it(fields: str, problem: str) -> None:
+    with pytest.raises(FactsParseError) as raised:
+        parse_shard_records(shard_with(fields))
+    assert str(raised.value) == f"shard records line 1: {problem}"
