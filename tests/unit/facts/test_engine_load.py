@@ -403,3 +403,96 @@ def test_the_probe_starts_python3_only_on_a_node_with_shard_records(tmp_path: Pa
     assert started.exists()
     loads = facts_from_probe(output, NOW).replica_load
     assert loads is not None and [load.replica for load in loads] == ["gone-1"]
+
+
+# --------------------------------------------------------------------------- at the edges
+# Written against survivors of the mutation run in cli/facts/sections/load.py: the bounds on
+# a body's size, lines and note, and the lines a report or body may hold between its figures.
+
+GAUGES = [
+    "vllm:num_requests_running 1",
+    "vllm:num_requests_waiting 2",
+    "vllm:kv_cache_usage_perc 0.5",
+]
+
+
+def test_a_body_of_20000_lines_is_read_whole_and_past_them_nothing_is_read() -> None:
+    whole = "\n".join(["# c"] * (20_000 - len(GAUGES)) + GAUGES)
+    load = load_from_metrics("r", VLLM, whole)
+    assert (load.running, load.waiting, load.kv_use, load.note) == (1, 2, 0.5, None)
+
+    load = load_from_metrics("r", VLLM, "# c\n" + whole)
+    assert (load.running, load.waiting, load.kv_use) == (1, 2, None)
+    assert load.note == "read only its first 20,000 lines; no vllm:kv_cache_usage_perc"
+
+
+def test_a_body_of_256_kib_is_read_and_one_character_more_is_not() -> None:
+    figures = "\n".join(GAUGES) + "\n"
+    padding = MAX_METRICS_BYTES - len(figures)
+    body = figures + "\n".join(["#" + "c" * 99] * (padding // 101)) + "\n"
+    body += "#" * (MAX_METRICS_BYTES - len(body))
+    assert len(body) == MAX_METRICS_BYTES == 262_144
+
+    assert load_from_metrics("r", VLLM, body).note is None
+    assert load_from_metrics("r", VLLM, body + "#") == ReplicaLoad(
+        replica="r", note="/metrics is larger than 262,144"
+    )
+
+
+def test_blank_lines_between_samples_end_nothing_and_bad_lines_are_all_counted() -> None:
+    exposition = parse_exposition("a 1\n\n\nb 2\n")
+    assert [s.name for s in exposition.samples] == ["a", "b"]
+    assert (exposition.bad, exposition.first_bad, exposition.cut) == (0, None, False)
+
+    exposition = parse_exposition("x 1_000\na 1\ny z\n")
+    assert (exposition.bad, exposition.first_bad) == (2, "x 1_000")
+
+
+def test_a_declared_type_is_shown_in_at_most_20_characters() -> None:
+    text = "# TYPE vllm:num_requests_running abcdefghijklmnopqrstu\n" + "\n".join(GAUGES)
+
+    load = load_from_metrics("r", VLLM, text)
+
+    assert load.running is None
+    assert load.note == "vllm:num_requests_running is a 'abcdefghijklmnopq...', not a gauge"
+
+
+def test_a_note_saying_every_trouble_at_once_is_cut_to_512_characters() -> None:
+    text = "\n".join(
+        ["\x01" * 80]
+        + [f"# TYPE {name} {'x' * 30}" for name in (VLLM.running, VLLM.waiting, VLLM.kv_use)]
+        + ["# c"] * 20_000
+    )
+
+    load = load_from_metrics("r", VLLM, text)
+
+    assert load.note is not None and len(load.note) == 512
+    assert load.note.startswith("1 line(s) not in the Prometheus text format, first '\\x01")
+
+
+def test_bodies_of_many_lines_and_blank_lines_between_reports_are_read() -> None:
+    text = (
+        "replica\ta\t200\n|vllm:num_requests_running 1\n|vllm:num_requests_waiting 2\n"
+        "\n"
+        "replica\tb\t200\n|vllm:num_requests_running 3\n|vllm:num_requests_waiting 4\n"
+    )
+    notes: list[str] = []
+    a, b = parse_metrics_section(text, [_record("a"), _record("b")], notes)
+    assert (a.running, a.waiting, b.running, b.waiting) == (1, 2, 3, 4)
+
+
+def test_a_body_too_large_to_send_is_said_as_the_probe_said_it() -> None:
+    notes: list[str] = []
+    (load,) = parse_metrics_section("replica\ta\ttoo-large\n", [_record("a")], notes)
+    assert load == ReplicaLoad(replica="a", note="its /metrics was not read: 'too-large '")
+
+
+def test_an_engine_ctl_knows_no_metrics_of_has_an_unknown_load_and_the_next_is_read() -> None:
+    text = "replica\ta\t200\n|tgi_queue_size 1\nreplica\tb\t200\n|vllm:num_requests_running 3\n"
+    notes: list[str] = []
+
+    a, b = parse_metrics_section(text, [_record("a", engine="tgi"), _record("b")], notes)
+
+    assert a == ReplicaLoad(replica="a", note="no known metrics")
+    assert (b.replica, b.running) == ("b", 3)
+    assert notes == []
