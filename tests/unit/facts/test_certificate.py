@@ -11,6 +11,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from cli.facts.model import NodeCertificate, NodeFacts
 from cli.facts.parse import FactsParseError
@@ -214,3 +218,97 @@ def test_the_real_probe_reads_the_directory_and_never_the_key(ca: LabCA, tmp_pat
     assert facts.certificate is None
     assert "pki: node.pem is larger than 64 KiB: not read" in facts.notes
     assert len(output) < 3 * MAX_PEM_BYTES  # the probe cut it: 64 KiB and a byte
+
+
+# --------------------------------------------------------------------------- at the edges
+# Written against survivors of the mutation run in cli/facts/sections/certificate.py: the
+# section's exact refusals, the lines it skips, the moments a certificate starts and ends,
+# and how much of a reason or an issuer is shown.
+
+
+def pki_error(text: str) -> str:
+    with pytest.raises(FactsParseError) as raised:
+        read_pki_section(text)
+    return str(raised.value)
+
+
+def test_a_section_cut_short_or_without_its_key_line_is_refused_whole() -> None:
+    assert pki_error("key\tpresent\nfile\tnode.pem\nabc\n") == (
+        "pki: node.pem is cut off (no end line)"
+    )
+    assert pki_error("file\tca.pem\nabc\nend\tca.pem\n") == "pki: no 'key' line"
+    assert (
+        pki_error("key\tpresent\nfile node.pem\n") == "pki line 2: unexpected line 'file node.pem'"
+    )
+
+
+def test_blank_lines_between_the_section_lines_are_skipped() -> None:
+    files = read_pki_section("\nkey\tabsent\n\n  \nfile\tca.pem\nabc\nend\tca.pem\n\n")
+    assert (files.key_present, dict(files.texts)) == (False, {"ca.pem": "abc"})
+
+
+def test_a_certificate_is_valid_from_its_first_second_to_before_its_last(ca: LabCA) -> None:
+    cert = ca.issue(now=ISSUED)
+    text = pki(pem_text(cert), ca.pem)
+
+    first, _ = parse_pki(text, cert.not_valid_before_utc)
+    last, _ = parse_pki(text, cert.not_valid_after_utc)
+
+    assert first is not None and first.problem is None
+    assert last is not None and last.problem == "expired 2027-01-30 12:00 UTC"
+
+
+def test_a_certificate_followed_by_bytes_that_are_not_utf8_is_read(ca: LabCA) -> None:
+    # The probe's text is decoded with surrogateescape: a byte 0xff comes as "\udcff".
+    cert = pem_text(ca.issue(now=ISSUED)) + "\udcff\udcfe"
+
+    got, notes = parse_pki(pki(cert, ca.pem), NOW)
+
+    assert got is not None and got.problem is None and notes == []
+
+
+def test_the_reason_a_node_pem_is_no_certificate_is_the_librarys_cut_to_120(ca: LabCA) -> None:
+    with pytest.raises(ValueError) as raised:
+        x509.load_pem_x509_certificate(b"not a certificate")
+    reason = str(raised.value).splitlines()[0]
+    assert len(reason) > 120
+
+    _, notes = parse_pki(pki("not a certificate", ca.pem), NOW)
+
+    assert notes == [f"pki: node.pem is not a PEM certificate: {reason[:117]}..."]
+
+
+def test_a_certificate_whose_extensions_cannot_be_read_is_a_note(ca: LabCA) -> None:
+    # Two subjectAltName extensions: the basicConstraints OID 2.5.29.19 made 2.5.29.17.
+    der = ca.issue(now=ISSUED).public_bytes(serialization.Encoding.DER)
+    twice = der.replace(bytes.fromhex("0603551d13"), bytes.fromhex("0603551d11"))
+    cert = x509.load_der_x509_certificate(twice)
+
+    got, notes = parse_pki(pki(pem_text(cert), ca.pem), NOW)
+
+    assert got is None
+    assert notes == ["pki: node.pem cannot be read (DuplicateExtension)"]
+
+
+def issued_by(ca: LabCA, organization: str) -> x509.Certificate:
+    """A node certificate whose issuer is the CA's key under a name of that organization."""
+    issuer = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization)])
+    key = ec.generate_private_key(ec.SECP256R1())
+    return (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "node-3")]))
+        .issuer_name(issuer)
+        .public_key(key.public_key())
+        .serial_number(4242)
+        .not_valid_before(ISSUED)
+        .not_valid_after(ISSUED + timedelta(days=90))
+        .sign(ca.key, hashes.SHA256())
+    )
+
+
+def test_an_issuer_is_shown_whole_to_1024_characters_and_cut_past_them(ca: LabCA) -> None:
+    whole, _ = parse_pki(pki(pem_text(issued_by(ca, "o" * 1022)), ca.pem), NOW)
+    cut, _ = parse_pki(pki(pem_text(issued_by(ca, "o" * 1023)), ca.pem), NOW)
+
+    assert whole is not None and whole.issuer == "O=" + "o" * 1022
+    assert cut is not None and cut.issuer == "O=" + "o" * 1019 + "..."
