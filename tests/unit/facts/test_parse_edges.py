@@ -17,6 +17,7 @@ from cli.facts.parse import (
     parse_compute_apps,
     parse_listening_ports,
     parse_meminfo,
+    parse_mig_modes,
     parse_query_gpu,
     parse_shard_records,
     parse_topology,
@@ -292,3 +293,78 @@ def test_a_shard_record_past_a_bound_is_refused_naming_it(fields: str, problem: 
     with pytest.raises(FactsParseError) as raised:
         parse_shard_records(shard_with(fields))
     assert str(raised.value) == f"shard records line 1: {problem}"
+
+
+def test_a_gpu_number_below_1024_is_read_in_the_topology() -> None:
+    text = "\tGPU0\tGPU1023\tCPU Affinity\nGPU0\t X \tSYS\t0-7\nGPU1023\tSYS\t X \t0-7\n"
+    assert parse_topology(text) == ((0,), (1023,))
+
+
+def test_a_cgroup_limit_is_at_most_the_largest_u64() -> None:
+    assert apply_cgroup_limit(HOST, f"{(1 << 64) - 1}\n") == HOST  # no limit
+    assert cgroup_error(f"{1 << 64}\n") == (
+        "cgroup memory limit line 1: limit '18446744073709551616' is out of range"
+        " (at most 18,446,744,073,709,551,615)"
+    )
+
+
+GPU_ROW = "{index}, GPU-{index}, NVIDIA L4, 00000000:01:00.0, 23034, {used}, 0\n"
+
+
+def query_gpu_error(text: str) -> str:
+    with pytest.raises(FactsParseError) as raised:
+        parse_query_gpu(text)
+    return str(raised.value)
+
+
+def test_a_gpu_figure_of_more_than_18_digits_is_refused_naming_the_field() -> None:
+    assert query_gpu_error(GPU_ROW.format(index=0, used="9" * 19)) == (
+        f"nvidia-smi --query-gpu line 1: memory.used '{'9' * 19}' is out of range"
+        " (at most 999,999,999,999,999,999)"
+    )
+
+
+def test_gpu_index_1023_is_read_and_1024_refused() -> None:
+    (gpu,) = parse_query_gpu(GPU_ROW.format(index=1023, used=0))
+    assert gpu.index == 1023
+    assert query_gpu_error(GPU_ROW.format(index=1024, used=0)) == (
+        "nvidia-smi --query-gpu line 1: index '1024' is out of range (at most 1,023)"
+    )
+
+
+def test_no_devices_found_is_not_counted_among_the_gpus() -> None:
+    rows = "".join(GPU_ROW.format(index=i, used=0) for i in range(1024))
+    assert len(parse_query_gpu("No devices were found\n" + rows)) == 1024
+    assert query_gpu_error(rows + GPU_ROW.format(index=0, used=0)) == (
+        "nvidia-smi --query-gpu: reported 1025 GPUs, more than 1,024"
+    )
+
+
+def test_a_mig_mode_nvidia_smi_does_not_print_is_refused_naming_the_section() -> None:
+    with pytest.raises(FactsParseError) as raised:
+        parse_mig_modes("0, Maybe\n")
+    assert str(raised.value) == (
+        "nvidia-smi --query-gpu=index,mig.mode.current line 1: MIG mode 'Maybe' is not"
+        " Enabled or Disabled"
+    )
+
+
+APP_ROW = "GPU-a, {pid}, /usr/bin/python3, 20480\n"
+
+
+def test_more_processes_than_a_node_may_run_are_refused_and_no_processes_is_not_one() -> None:
+    rows = "".join(APP_ROW.format(pid=i + 1) for i in range(16_384))
+    assert len(parse_compute_apps("No running processes found\n" + rows)) == 16_384
+    with pytest.raises(FactsParseError) as raised:
+        parse_compute_apps(rows + APP_ROW.format(pid=20_000))
+    assert str(raised.value) == (
+        "nvidia-smi --query-compute-apps: reported 16385 processes, more than 16,384"
+    )
+
+
+def test_a_pid_past_the_kernels_limit_is_refused() -> None:
+    with pytest.raises(FactsParseError) as raised:
+        parse_compute_apps(APP_ROW.format(pid=4_194_305))
+    assert str(raised.value) == (
+        "nvidia-smi --query-compute-apps line 1: pid '4194305' is out of range (at most 4,194,304)"
+    )
