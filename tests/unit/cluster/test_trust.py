@@ -9,7 +9,9 @@ from datetime import timedelta
 import pytest
 
 from cli.cluster.snapshot import checked
+from cli.cluster.trust import catalog_problem, record_problem
 from cli.cluster.views import gpu_counts, node_notes, nodes_json
+from cli.facts.model import ShardRecord
 from cli.reconcile.planner import plan
 from cli.routes.litellm import deployment, render
 from cli.routes.table import ReplicaRoute, State, route_table
@@ -182,3 +184,64 @@ def test_disagreeing_ranks_make_every_record_of_the_replica_invalid() -> None:
         assert node.invalid_shards[0].reason == "rank 0 claimed on hgx-1 and hgx-2"
     the_plan = plan(MODELS, fleet, {}, {"hgx-1": "a", "hgx-2": "b"}, random.Random(1))
     assert the_plan.stops == () and the_plan.drains == ()
+
+
+# --------------------------------------------------------------------------- at the edges
+# Written against survivors of the mutation run in cli/cluster/trust.py: the words each
+# refusal gives and the bounds a well-formed record stays within.
+
+H100S = dict.fromkeys(range(8), "H100")
+
+
+@pytest.mark.parametrize(
+    ("record", "why"),
+    [
+        (shard("big 1", "big", [0], profile="h100x1"), "replica 'big 1'"),
+        (shard("big-1", "big model", [0], profile="h100x1"), "model 'big model'"),
+        (shard("big-1", "big", [0], profile="h100 x1"), "profile 'h100 x1'"),
+    ],
+)
+def test_a_name_no_catalog_could_give_is_refused_naming_its_field(
+    record: ShardRecord, why: str
+) -> None:
+    assert record_problem(record, H100S) == f"{why} is not a name the catalog could give"
+
+
+def test_a_record_at_each_bound_without_a_catalog_is_believed() -> None:
+    assert record_problem(shard("big-1", "big", [0], nodes=1024), H100S) is None
+    assert record_problem(shard("big-1", "big", [0], port=1), H100S) is None
+    assert record_problem(shard("big-1", "big", [0], port=65535), H100S) is None
+    assert record_problem(shard("big-1", "big", [0], port=65536), H100S) == (
+        "port 65536 is not in 1-65535"
+    )
+
+
+def test_the_gpus_a_record_claims_are_refused_with_their_words() -> None:
+    assert record_problem(shard("big-1", "big", [3, 3]), H100S) == "claims a GPU twice"
+    assert record_problem(shard("big-1", "big", [0]), None) == (
+        "claims GPUs on a node that did not report its GPUs"
+    )
+    assert record_problem(shard("big-1", "big", range(8, 18)), H100S) == (
+        "claims GPU 8, 9, 10, 11, 12, 13, 14, 15, which the node does not have"
+    )
+
+
+def test_with_the_catalog_the_gpu_count_and_every_wrong_class_are_said() -> None:
+    models = catalog(
+        """\
+        models:
+          big:
+            source: hf://org/big
+            replicas: {min: 1}
+            profiles:
+              - {name: h100x2, priority: 1, engine: vllm, gpu_class: H100, gpus_per_node: 2}
+        """
+    )
+    mixed = {0: "L40S", 1: "A100", 2: "H100"}
+
+    assert catalog_problem(shard("big-1", "big", [2], profile="h100x2"), models, mixed) == (
+        "holds 1 GPUs; profile h100x2 takes 2 per node"
+    )
+    assert catalog_problem(shard("big-1", "big", [0, 1], profile="h100x2"), models, mixed) == (
+        "GPU class A100, L40S is not profile h100x2's H100"
+    )
