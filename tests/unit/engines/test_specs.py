@@ -432,3 +432,38 @@ def test_the_pooling_only_architectures_are_vllms_registrys() -> None:
     assert {"XLMRobertaModel", "BertModel", "Qwen2ForRewardModel"} <= pooling
     assert not {"LlamaModel", "LlamaForCausalLM", "Qwen2ForCausalLM"} & pooling
     assert pooling_only_architectures("sglang", "0.5.23") == frozenset()
+
+
+# --------------------------------------------------------------------------- at the edges
+# Written against survivors of the mutation run in cli/catalog/load.py (_check_engine): the
+# key a source problem names, wherever the source is written, and the scheme it names.
+
+
+def test_a_source_problem_names_the_key_the_source_is_written_at() -> None:
+    on_model = one_profile(engine="llama.cpp").replace("hf://org/m", "s3://bucket/m.gguf")
+    assert problems_of(on_model) == [
+        "catalog.yaml:3: models.m.source: llama.cpp cannot read s3:// sources: it"
+        " reads hf://, file://, https://, http://"
+    ]
+    assert problems_of(one_profile(engine="llama.cpp", source="http://example.com/a/..")) == [
+        "catalog.yaml:5: models.m.profiles[0].source: the file this URL names is '..', a"
+        " directory, not a file: name the file (https://HOST/PATH/FILE.gguf), which is staged"
+        " under that name"
+    ]
+
+
+def test_the_scheme_an_engine_cannot_read_is_the_sources_own() -> None:
+    text = one_profile(engine="llama.cpp", source="s3://bucket/mirror/https://h/m.gguf")
+    assert problems_of(text) == [
+        "catalog.yaml:5: models.m.profiles[0].source: llama.cpp cannot read s3:// sources: it"
+        " reads hf://, file://, https://, http://"
+    ]
+
+
+def test_an_engine_version_without_option_data_names_the_versions_that_have_it() -> None:
+    gpus = {"engine": "vllm", "gpu_class": "H100", "gpus_per_node": 1}
+    assert problems_of(one_profile(engine_version="0.33.0", **gpus)) == [
+        "catalog.yaml:5: models.m.profiles[0].engine_version: no option data for vLLM 0.33.0"
+        " (scripts/engine_flags.py has made it for 0.34.0): pin one of those, or add that"
+        " release's data"
+    ]
