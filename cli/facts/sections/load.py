@@ -65,7 +65,9 @@ def parse_exposition(text: str) -> Exposition:
     types: dict[str, str] = {}
     bad = 0
     first_bad: str | None = None
-    lines = text.split("\n")
+    # The newline that ends the last line starts no line of its own: a body of exactly
+    # MAX_METRICS_LINES lines is read whole.
+    lines = text.removesuffix("\n").split("\n")
     cut = len(lines) > MAX_METRICS_LINES
     for raw in lines[:MAX_METRICS_LINES]:
         line = raw.strip()

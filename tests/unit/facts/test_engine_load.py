@@ -19,6 +19,7 @@ from cli.facts.model import ReplicaLoad, ShardRecord
 from cli.facts.probe import facts_from_probe, split_sections
 from cli.facts.sections.load import (
     MAX_METRICS_BYTES,
+    MAX_METRICS_LINES,
     load_from_metrics,
     parse_exposition,
     parse_metrics_section,
@@ -121,7 +122,7 @@ def test_llama_server_says_501_without_metrics_and_guards_them_with_its_api_key(
 ) -> None:
     def start(*extra: str) -> str:
         port = free_port()
-        args = ["-m", "/m.gguf", "--host", LOCALHOST, "--port", str(port), *extra]
+        args = ["-m", "m.gguf", "--host", LOCALHOST, "--port", str(port), *extra]
         engine = engines.start("llama-server", args, port)
         engine.wait_healthy()
         return engine.base
@@ -446,6 +447,15 @@ def test_blank_lines_between_samples_end_nothing_and_bad_lines_are_all_counted()
 
     exposition = parse_exposition("x 1_000\na 1\ny z\n")
     assert (exposition.bad, exposition.first_bad) == (2, "x 1_000")
+
+
+def test_a_body_of_exactly_the_line_bound_is_read_whole_and_one_line_more_is_cut() -> None:
+    whole = parse_exposition("a 1\n" * MAX_METRICS_LINES)
+    assert (len(whole.samples), whole.cut) == (MAX_METRICS_LINES, False)
+    unended = parse_exposition("\n".join(["a 1"] * MAX_METRICS_LINES))
+    assert (len(unended.samples), unended.cut) == (MAX_METRICS_LINES, False)
+    over = parse_exposition("a 1\n" * (MAX_METRICS_LINES + 1))
+    assert (len(over.samples), over.cut) == (MAX_METRICS_LINES, True)
 
 
 def test_a_declared_type_is_shown_in_at_most_20_characters() -> None:
