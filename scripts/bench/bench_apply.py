@@ -56,7 +56,7 @@ from cli.shards.units import ShardFiles
 # (tests/testfleet), is not on the path of a script in scripts/.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests import testfleet
-from tests.fakes.standin_install import INSTALL_FLAG_DATA, flag_data_tar
+from tests.fakes.standin_install import INSTALL_ENGINES, INSTALL_FLAG_DATA, flag_data_tar
 from tests.testfleet.engines import REMOVE_REPLICAS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,14 +68,6 @@ NODES = 8
 GOAL = 3.0
 
 CLEAN = REMOVE_REPLICAS
-INSTALL = (
-    "set -e; install -d /usr/local/lib/python3.11/dist-packages/sglang /etc/modelfleet-fake;"
-    " cat > /usr/local/bin/vllm; chmod 755 /usr/local/bin/vllm;"
-    " cp /usr/local/bin/vllm /usr/local/bin/llama-server;"
-    " cp /usr/local/bin/vllm /usr/local/lib/python3.11/dist-packages/sglang/launch_server.py;"
-    " : > /usr/local/lib/python3.11/dist-packages/sglang/__init__.py;"
-    " echo '{\"load_seconds\": 0.5}' > /etc/modelfleet-fake/standin.json"
-)
 
 
 class PerShardExecutor(AnsibleExecutor):
@@ -204,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def measure(fleet: testfleet.Fleet) -> list[dict[str, object]]:
-    on_every_node(fleet, CLEAN + "; " + INSTALL, ENGINE.read_bytes())
+    on_every_node(fleet, CLEAN + "; " + INSTALL_ENGINES, ENGINE.read_bytes())
     on_every_node(fleet, INSTALL_FLAG_DATA, flag_data_tar())  # the options it checks
     figures = []
     with tempfile.TemporaryDirectory(prefix="bench-apply-") as scratch:
@@ -346,7 +338,7 @@ def wide_main(nodes: int, variants: Sequence[str]) -> None:
     figures: list[dict[str, object]] = []
     try:
         fleet = result.fleet
-        on_every_node(fleet, CLEAN + "; " + INSTALL, ENGINE.read_bytes(), nodes=nodes)
+        on_every_node(fleet, CLEAN + "; " + INSTALL_ENGINES, ENGINE.read_bytes(), nodes=nodes)
         on_every_node(fleet, INSTALL_FLAG_DATA, flag_data_tar(), nodes=nodes)
         with tempfile.TemporaryDirectory(prefix="bench-apply-wide-") as directory:
             inventory = inventory_of(fleet, Path(directory), nodes)

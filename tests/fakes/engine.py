@@ -1509,6 +1509,11 @@ class Engine:
             code = self._form_world()
             if code is not None:
                 return code
+        if p == "llama-server":
+            failure = self._llama_model_unreadable()
+            if failure is not None:
+                self.log("fatal", reason=failure)
+                return EXIT_FAILURE
         self.phase = "loading"
         self.log("loading", seconds=self.settings.load_seconds)
         interrupted = self._wait(self.settings.load_seconds)
@@ -1569,6 +1574,30 @@ class Engine:
             self.native("KeyboardInterrupt: terminated")
             return EXIT_FAILURE
         return EXIT_OK
+
+    def _llama_model_unreadable(self) -> str | None:
+        """llama-server's `-m` file opened as it starts loading (it listens already, saying
+        503): one it cannot open ends the server, exit 1, in milliseconds. The lines are
+        the real 0.3.36 build's (ggml/src/gguf.cpp gguf_init_from_file, src/llama.cpp,
+        tools/server/server.cpp main: "exiting due to model loading error"). Only that it
+        opens is checked: the stand-in reads no weights."""
+        path = _optional_str(self.opts.parsed, "model")
+        if path is None:
+            return None  # -hf or --model-url: fetched into the cache, not a path of ours
+        try:
+            with Path(path).open("rb"):
+                return None
+        except OSError as error:
+            why = error.strerror or str(error)
+        self.native(f"srv    load_model: loading model '{path}'")
+        self.native(f"gguf_init_from_file: failed to open GGUF file '{path}' ({why})")
+        self.native(
+            "llama_model_load: error loading model: llama_model_loader: failed to load model"
+            f" from {path}"
+        )
+        self.native(f"srv    load_model: failed to load model, '{path}'")
+        self.native("srv  llama_server: exiting due to model loading error")
+        return f"failed to load model, '{path}': {why}"
 
     def _die(self, reason: str) -> int:
         """A rank is gone: the engine is dead, as after an NCCL error."""
@@ -2028,12 +2057,11 @@ class Engine:
                 },
             )
         if method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
-            # NOT YET AS STRICT AS vLLM: vllm/entrypoints/launchers/api_server/routers.py
-            # register_api_routers registers the generate routes only `if "generate" in
-            # supported_tasks`, which a pooling runner's are not, so the real vLLM answers
-            # FastAPI's 404 {"detail": "Not Found"} here. The fleet's tests still chat
-            # with their `embedding: true` vLLM replicas (docs/standin-engine.md, "What
-            # each stand-in refuses"), so the stand-in answers until they embed instead.
+            if self.opts.embedding and p == "vllm":
+                # vllm/entrypoints/launchers/api_server/routers.py register_api_routers
+                # registers the generate routes only `if "generate" in supported_tasks`,
+                # which a pooling runner's are not: FastAPI's 404 for a route it lacks.
+                return json_reply(404, {"detail": "Not Found"})
             if self.opts.embedding and p == "sglang":
                 # SGLang registers the route whatever the model; the request reaches the
                 # embedding model, whose output has no "text" (managers/tokenizer_manager.py

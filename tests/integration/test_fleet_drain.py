@@ -17,7 +17,7 @@ from cli.inventory.load import load_inventory
 from tests.ctl import ROOT, ctl_environment
 from tests.integration.conftest import LiveFleet
 from tests.integration.test_fleet_dead_node import InFlight, Loop
-from tests.integration.test_fleet_reconcile import CLEAN, chat, ctl_on_standins, rank0
+from tests.integration.test_fleet_reconcile import CLEAN, chat, ctl_on_standins, embed, rank0
 from tests.integration.test_fleet_routes import ROUTER, ask, with_router
 from tests.testfleet.router import stop_router
 
@@ -110,7 +110,7 @@ def test_a_drain_with_no_room_leaves_the_replica_serving_unless_forced(
     running = ctl.shards()
     assert list(running) == ["embed-1"]
     address, record = rank0(fleet, running["embed-1"])
-    chat(address, record.port or 0, "embed")
+    embed(address, record.port or 0, "embed")
     forced = ctl("drain", "node-3", "--force")
     assert re.search(
         r"^drain +embed-1 +node drained \(--force: no replacement could be placed\) \[node-3\]",

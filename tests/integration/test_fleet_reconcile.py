@@ -25,7 +25,7 @@ from cli.inventory.load import load_inventory
 from cli.ops.context import AppContext
 from cli.ops.fleet import gather_fleet
 from tests.ctl import ctl
-from tests.fakes.standin_install import INSTALL_FLAG_DATA, flag_data_tar
+from tests.fakes.standin_install import INSTALL_ENGINES, INSTALL_FLAG_DATA, flag_data_tar
 from tests.integration.conftest import LiveFleet
 from tests.terminal import on_a_terminal
 from tests.testfleet.engines import REMOVE_REPLICAS
@@ -35,7 +35,6 @@ pytestmark = pytest.mark.fleet
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE = ROOT / "tests" / "fakes" / "engine.py"
 CATALOG = ROOT / "examples" / "testfleet" / "catalog.yaml"
-STANDIN_CONFIG = json.dumps({"load_seconds": 0.5})
 
 
 CLEAN = REMOVE_REPLICAS + "; "
@@ -44,14 +43,7 @@ CLEAN = REMOVE_REPLICAS + "; "
 def install_standin(fleet: LiveFleet) -> None:
     """The stand-in engine under the three names ctl's command lines use, on nodes with
     nothing of ours left from an earlier run."""
-    script = CLEAN + (
-        "set -e; install -d /usr/local/lib/python3.11/dist-packages/sglang"
-        " /etc/modelfleet-fake; cat > /usr/local/bin/vllm; chmod 755 /usr/local/bin/vllm;"
-        " cp /usr/local/bin/vllm /usr/local/bin/llama-server;"
-        " cp /usr/local/bin/vllm /usr/local/lib/python3.11/dist-packages/sglang/launch_server.py;"
-        " : > /usr/local/lib/python3.11/dist-packages/sglang/__init__.py;"
-        f" echo '{STANDIN_CONFIG}' > /etc/modelfleet-fake/standin.json"
-    )
+    script = CLEAN + INSTALL_ENGINES
     for node in fleet.nodes[:3]:
         subprocess.run(
             fleet.ssh_command(node.name, f"sh -c {shlex.quote(script)}"),
@@ -114,15 +106,38 @@ def ctl_on_standins(fleet: LiveFleet, tmp_path: Path, catalog: str | None = None
     return Ctl(fleet, tmp_path, catalog)
 
 
-def chat(address: str, port: int, model: str, text: str = "hello") -> dict[str, object]:
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": text}]})
+def _post(address: str, port: int, path: str, body: dict[str, object]) -> dict[str, object]:
+    """POST `body` to an engine directly; its answer, which must be a 200."""
     request = urllib.request.Request(
-        f"http://{address}:{port}/v1/chat/completions", data=body.encode(),
+        f"http://{address}:{port}{path}", data=json.dumps(body).encode(),
         headers={"Content-Type": "application/json"},
     )  # fmt: skip
     with urllib.request.urlopen(request, timeout=30) as response:
         assert response.status == 200
         return json.loads(response.read())  # type: ignore[no-any-return]
+
+
+def chat(address: str, port: int, model: str, text: str = "hello") -> dict[str, object]:
+    messages = [{"role": "user", "content": text}]
+    return _post(address, port, "/v1/chat/completions", {"model": model, "messages": messages})
+
+
+def embed(address: str, port: int, model: str, text: str = "hello") -> dict[str, object]:
+    """An embeddings request to an embedding replica (vLLM's pooling runner serves no chat)."""
+    answer = _post(address, port, "/v1/embeddings", {"model": model, "input": text})
+    data = answer["data"]
+    assert isinstance(data, list) and data[0]["embedding"], answer
+    return answer
+
+
+def embedding_models(catalog: Path) -> set[str]:
+    """The catalog's models whose profiles run as embedding models."""
+    models = (yaml.safe_load(catalog.read_text()) or {}).get("models") or {}
+    return {
+        name
+        for name, model in models.items()
+        if any(profile.get("embedding") for profile in model.get("profiles") or [])
+    }
 
 
 def rank0(fleet: LiveFleet, shards: list[tuple[str, ShardRecord]]) -> tuple[str, ShardRecord]:
@@ -141,10 +156,13 @@ def test_reconcile_runs_the_catalog_and_recovers_without_an_operator(
     assert result.returncode == 0, result.stdout + result.stderr
     running = ctl.shards()
     assert sorted(r.split("-")[0] for r in running) == ["big", "chat", "chat", "embed", "tiny"]
+    embedding = embedding_models(ctl.catalog)
+    assert embedding == {"embed"}
     for replica, shards in running.items():
         assert all(r.state == "running" for _, r in shards), (replica, shards)
         address, record = rank0(fleet, shards)
-        answer = chat(address, record.port or 0, record.model)
+        ask = embed if record.model in embedding else chat
+        answer = ask(address, record.port or 0, record.model)
         assert record.model in json.dumps(answer)
     big = next(shards for replica, shards in running.items() if replica.startswith("big"))
     assert sorted((n, r.rank) for n, r in big) == [("node-1", 0), ("node-2", 1)]

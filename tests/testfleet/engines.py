@@ -4,7 +4,8 @@ replicas that serve (docs/standin-engine.md).
 tests/fakes/engine.py goes where ctl's command lines look for each engine: `vllm` and
 `llama-server` in /usr/local/bin, SGLang's `sglang/launch_server.py` in python3's
 dist-packages; with the real parsers' options it checks every command line against
-(cli/engines/engine_flags), and a config that loads a model in half a second. Installed
+(cli/engines/engine_flags), a config that loads a model in half a second, and a file at
+every `file://` path the fleet's catalogs name (tests/fakes/standin_install.py). Installed
 over SSH once the nodes answer, into what each node keeps across `down`/`up`; a node that
 has them already is left alone (a digest file says which version it has).
 """
@@ -17,22 +18,12 @@ import subprocess
 from pathlib import Path
 from typing import Final
 
-from tests.fakes.standin_install import INSTALL_FLAG_DATA, flag_data_tar
+from tests.fakes.standin_install import INSTALL_ENGINES, INSTALL_FLAG_DATA, flag_data_tar
 from tests.testfleet.specs import FleetError
 from tests.testfleet.state import Fleet, Say
 
 ENGINE: Final = Path(__file__).resolve().parents[1] / "fakes" / "engine.py"
-STANDIN_CONFIG: Final = '{"load_seconds": 0.5}'
-SGLANG: Final = "/usr/local/lib/python3.11/dist-packages/sglang"
 DIGEST_FILE: Final = "/etc/modelfleet-fake/standin.sha256"
-
-INSTALL: Final = (
-    f"set -e; install -d {SGLANG} /etc/modelfleet-fake;"
-    " cat > /usr/local/bin/vllm; chmod 755 /usr/local/bin/vllm;"
-    " cp /usr/local/bin/vllm /usr/local/bin/llama-server;"
-    f" cp /usr/local/bin/vllm {SGLANG}/launch_server.py; : > {SGLANG}/__init__.py;"
-    f" echo '{STANDIN_CONFIG}' > /etc/modelfleet-fake/standin.json"
-)
 
 # Every replica unit of ctl's on a node killed and removed, with its records: what a
 # benchmark leaves behind it, however it ended.
@@ -48,7 +39,7 @@ def standin_digest() -> str:
     """What the nodes should have: the engine, its flag data and its config."""
     digest = hashlib.sha256(ENGINE.read_bytes())
     digest.update(flag_data_tar())
-    digest.update(STANDIN_CONFIG.encode())
+    digest.update(INSTALL_ENGINES.encode())
     return digest.hexdigest()
 
 
@@ -72,7 +63,7 @@ def install_engines(fleet: Fleet, nodes: list[str], say: Say) -> list[str]:
         have = _ssh(fleet, node, f"cat {DIGEST_FILE} 2>/dev/null || true").decode().strip()
         if have == wanted:
             continue
-        _ssh(fleet, node, INSTALL, ENGINE.read_bytes())
+        _ssh(fleet, node, INSTALL_ENGINES, ENGINE.read_bytes())
         _ssh(fleet, node, INSTALL_FLAG_DATA, flag_data_tar())
         _ssh(fleet, node, f"echo {wanted} > {DIGEST_FILE}")
         installed.append(node)

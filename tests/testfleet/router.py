@@ -3,12 +3,14 @@
 `up N --router NODE` puts NODE in the inventory group `routers`, so that `ctl reconcile`
 installs the LiteLLM proxy there (playbooks/deploy_router.yml) and points it at the
 replicas that serve (docs/routing.md). `requests MODEL... -- COMMAND...` then shows what a
-client sees while COMMAND (say, `ctl drain node-3`) runs: chat completions through the
-router, one after another, each on a new connection, with every failure counted.
+client sees while COMMAND (say, `ctl drain node-3`) runs: requests through the router
+(chat completions; embeddings for an embedding model), one after another, each on a new
+connection, with every failure counted and the node of every answer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -17,11 +19,12 @@ import subprocess
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Any, Final, Protocol, cast
 
 import yaml
 
@@ -123,23 +126,64 @@ class Tally:
 
 @dataclass
 class Client:
-    """Asks the router for each model in turn until stopped."""
+    """Asks the router for each model in turn until stopped: an embeddings request for a
+    model the router serves as one (its `model_info.mode`, cli/routes/litellm.py), a chat
+    completion for the others (aliases included), as a client of each would."""
 
     url: str
     key: str
     models: Sequence[str]
+    nodes: Mapping[str, str] = field(default_factory=dict)  # address → node
     tallies: dict[str, Tally] = field(default_factory=dict)
     stop: threading.Event = field(default_factory=threading.Event)
+    embedding: set[str] = field(default_factory=set)
+    engine_of: dict[str, str] = field(default_factory=dict)  # replica → its engine's URL
 
-    def ask(self, model: str) -> str:
-        body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hello"}]})
+    def _call(self, path: str, body: object = None) -> tuple[object, str]:
+        """The answer to GET (no body) or POST `path`, and the replica LiteLLM says
+        answered (its deployment's id, the `x-litellm-model-id` header)."""
         request = urllib.request.Request(
-            f"{self.url}/v1/chat/completions", data=body.encode(),
+            f"{self.url}{path}", data=None if body is None else json.dumps(body).encode(),
             headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.key}"},
         )  # fmt: skip
         with urllib.request.urlopen(request, timeout=60) as response:
-            answer = json.loads(response.read())
-        return str(answer["choices"][0]["message"]["content"])
+            return json.loads(response.read()), response.headers.get("x-litellm-model-id", "")
+
+    def learn(self) -> None:
+        """What the router serves now: which models embed, and where each replica runs."""
+        info, _ = self._call("/v1/model/info")
+        for deployment in cast(dict[str, list[dict[str, Any]]], info)["data"]:
+            details = deployment.get("model_info") or {}
+            if details.get("mode") == "embedding":
+                self.embedding.add(str(deployment["model_name"]))
+            if details.get("id") and details.get("engine_url"):
+                self.engine_of[str(details["id"])] = str(details["engine_url"])
+
+    def where(self, replica: str) -> str:
+        """The node `replica` runs on, by its engine's address; else the replica's name."""
+        if replica not in self.engine_of:
+            # a replica started since: the router has it now (if not, it is named)
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                self.learn()
+        host = urllib.parse.urlsplit(self.engine_of.get(replica, "")).hostname or ""
+        return self.nodes.get(host, replica or "elsewhere")
+
+    def ask(self, model: str) -> str:
+        """One request for `model`; the node that answered."""
+        if model in self.embedding:
+            answer, replica = self._call("/v1/embeddings", {"model": model, "input": "hello"})
+            vector = cast(dict[str, list[dict[str, Any]]], answer)["data"][0]["embedding"]
+            if not (isinstance(vector, list) and vector):
+                raise ValueError(f"{model}: an answer with no embedding")
+        else:
+            messages = [{"role": "user", "content": "hello"}]
+            answer, replica = self._call(
+                "/v1/chat/completions", {"model": model, "messages": messages}
+            )
+            text = cast(dict[str, list[dict[str, Any]]], answer)["choices"][0]["message"]
+            if not isinstance(text.get("content"), str):
+                raise ValueError(f"{model}: an answer with no text")
+        return self.where(replica)
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -147,13 +191,11 @@ class Client:
                 tally = self.tallies.setdefault(model, Tally())
                 tally.sent += 1
                 try:
-                    text = self.ask(model)
-                except (OSError, urllib.error.URLError, ValueError, KeyError) as error:
+                    node = self.ask(model)
+                except (OSError, urllib.error.URLError, ValueError, KeyError, IndexError,
+                        TypeError) as error:  # fmt: skip
                     tally.failures.append(str(error))
                 else:
-                    # the stand-in engine's answer says where it ran (docs/standin-engine.md)
-                    where = re.search(r" answered from (\S+) ", text)
-                    node = where.group(1) if where else "elsewhere"
                     tally.answered_from[node] = tally.answered_from.get(node, 0) + 1
                 time.sleep(0.05)
 
@@ -163,11 +205,14 @@ def requests_during(fleet: Fleet, models: Sequence[str], command: Sequence[str])
     The command's exit code when it failed; else 1 if a request failed, else 0."""
     router = fleet_router(fleet)
     url = f"http://{fleet.node(router).address}:{PORT}"
-    client = Client(url, master_key(fleet, router), models)
+    nodes = {node.address: node.name for node in fleet.nodes}
+    client = Client(url, master_key(fleet, router), models, nodes)
     for model in models:  # each answers before the command starts, or there is nothing to see
         try:
+            client.learn()
             client.ask(model)
-        except (OSError, urllib.error.URLError, ValueError, KeyError) as error:
+        except (OSError, urllib.error.URLError, ValueError, KeyError, IndexError,
+                TypeError) as error:  # fmt: skip
             why = f"{model} does not answer through {router}'s router: {error}"
             raise FleetError(why) from None
     loop = threading.Thread(target=client.run, daemon=True)

@@ -140,6 +140,9 @@ class Running:
         return http(f"{self.base}/debug/standin").json()
 
 
+MODEL_FILES = ("m.gguf", "models/smol.gguf", "models/e.gguf", "models/tiny.gguf")
+
+
 @dataclass
 class Engines:
     """The programs as a node has them, and the processes started from them."""
@@ -158,6 +161,11 @@ class Engines:
         shutil.copy(ENGINE, package / "launch_server.py")
         # The real parsers' options, installed beside it as on a test-fleet node.
         shutil.copytree(FLAG_DATA, self.root / "engine_flags")
+        # The model files the tests give llama-server (paths relative to the engines'
+        # working directory, the root): the stand-in refuses one it cannot open.
+        (self.root / "models").mkdir()
+        for name in MODEL_FILES:
+            (self.root / name).write_bytes(b"GGUF")
 
     def command(self, engine: str) -> list[str]:
         if engine == "sglang":
@@ -197,6 +205,7 @@ class Engines:
             stdout=log_file,
             stderr=subprocess.STDOUT,
             env=self.environment(env),
+            cwd=self.root,
         )
         running = Running(process, log_path, log_file, port)
         self.running.append(running)
@@ -209,6 +218,7 @@ class Engines:
             text=True,
             timeout=30,
             env=self.environment(None),
+            cwd=self.root,
             check=False,
         )
 
@@ -314,7 +324,7 @@ def test_llama_server_says_503_loading_model_until_loaded_then_serves_its_alias(
 ) -> None:
     port = free_port()
     args = [
-        "-m", "/models/smol.gguf",
+        "-m", "models/smol.gguf",
         "--host", LOCALHOST,
         "--port", str(port),
         "--alias", "smol",
@@ -752,7 +762,7 @@ def test_llama_server_does_not_drain_and_dies_by_sigterm_while_loading(
     engines: Engines,
 ) -> None:
     port = free_port()
-    args = ["-m", "/m.gguf", "--host", LOCALHOST, "--port", str(port), "--alias", "tiny"]
+    args = ["-m", "m.gguf", "--host", LOCALHOST, "--port", str(port), "--alias", "tiny"]
     llama = engines.start("llama-server", args, port)
     llama.wait_healthy()
     answers: list[Answer | None] = []
@@ -837,7 +847,7 @@ def test_pooling_models_serve_embeddings_and_generate_models_refuse_them(
         "vllm": vllm_args,
         "sglang": lambda port, *extra: sglang_args(port, "--skip-server-warmup", *extra),
         "llama-server": lambda port, *extra: [
-            "-m", "/models/e.gguf", "--host", LOCALHOST, "--port", str(port), "-a", "big",
+            "-m", "models/e.gguf", "--host", LOCALHOST, "--port", str(port), "-a", "big",
             *extra,
         ],
     }  # fmt: skip
@@ -863,6 +873,10 @@ def test_pooling_models_serve_embeddings_and_generate_models_refuse_them(
         assert vectors[0] == vectors[1] != vectors[2]  # the same text, the same vector
         assert all(isinstance(x, float) for x in vectors[0]) and len(vectors[0]) > 1
         assert cast(dict[str, int], body["usage"])["prompt_tokens"] == 5
+        if engine == "vllm":  # a pooling runner registers no generate routes
+            assert chat(running.base, name, "hello").json() == {"detail": "Not Found"}
+            answer = http(f"{running.base}/v1/completions", {"model": name, "prompt": "hi"})
+            assert (answer.status, answer.json()) == (404, {"detail": "Not Found"})
         running.process.send_signal(signal.SIGTERM)
         running.process.wait(timeout=10)
 
@@ -890,3 +904,24 @@ def test_sglang_is_embedding_fails_a_chat_request_as_sglang_does(engines: Engine
         "type": "InternalServerError", "param": None, "code": 500,
     }  # fmt: skip
     assert http(f"{sglang.base}/get_model_info").json()["is_generation"] is False
+
+
+def test_llama_server_exits_when_its_model_file_cannot_be_opened(engines: Engines) -> None:
+    """llama.cpp opens the -m file as it starts loading (listening already): a path with no
+    file ends it, exit 1, with the real build's lines; the file there, it serves."""
+    port = free_port()
+    args = ["-m", "models/absent.gguf", "--host", LOCALHOST, "--port", str(port), "-a", "t"]
+    missing = engines.start("llama-server", args, port)
+    assert missing.process.wait(timeout=10) == 1
+    log = missing.log_path.read_text()
+    assert (
+        "gguf_init_from_file: failed to open GGUF file 'models/absent.gguf'"
+        " (No such file or directory)"
+    ) in log
+    assert "llama_server: exiting due to model loading error" in log
+    assert '"event": "ready"' not in log
+
+    (engines.root / "models" / "absent.gguf").write_bytes(b"GGUF")
+    there = engines.start("llama-server", args, port)
+    there.wait_healthy()
+    assert chat(there.base, "t", "hello").status == 200

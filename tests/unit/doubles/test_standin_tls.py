@@ -160,7 +160,7 @@ def test_without_ssl_refresh_the_old_certificate_is_served_until_a_restart(
     port = free_port()
     llama = engines.start(
         "llama-server",
-        ["-m", "/models/tiny.gguf", "--host", LOCALHOST, "--port", str(port), "--alias",
+        ["-m", "models/tiny.gguf", "--host", LOCALHOST, "--port", str(port), "--alias",
          "tiny", *tls_args(node_tls, "--ssl-key-file", "--ssl-cert-file")],
         port,
     )  # fmt: skip
@@ -177,7 +177,7 @@ def test_llama_server_with_only_one_of_the_two_files_serves_plain_http(
     port = free_port()
     llama = engines.start(
         "llama-server",
-        ["-m", "/models/tiny.gguf", "--host", LOCALHOST, "--port", str(port), "--alias",
+        ["-m", "models/tiny.gguf", "--host", LOCALHOST, "--port", str(port), "--alias",
          "tiny", "--ssl-key-file", str(node_tls.key)],
         port,
     )  # fmt: skip
@@ -224,7 +224,7 @@ def test_llama_server_built_without_openssl_refuses_the_tls_files_and_exits_1(
     port = free_port()
     llama = engines.start(
         "llama-server",
-        ["-m", "/models/tiny.gguf", "--host", LOCALHOST, "--port", str(port), "--alias",
+        ["-m", "models/tiny.gguf", "--host", LOCALHOST, "--port", str(port), "--alias",
          "tiny", *tls_args(node_tls, "--ssl-key-file", "--ssl-cert-file")],
         port,
         env={"MODELFLEET_STANDIN_CONFIG": str(config)},
