@@ -157,6 +157,10 @@ def foreign_gpu_processes(fleet: Fleet) -> list[str]:
 def note_outcome(record: PassRecord, outcome: Outcome) -> None:
     """What the pass did on the nodes, what failed, and what it left for the next."""
     record.did += [f"stopped {replica}" for replica in outcome.stopped]
+    record.did += [
+        f"withdrew {replica} from the routers (its nodes are lost: stopped once they answer)"
+        for replica in outcome.withdrawn_lost
+    ]
     record.did += [f"started {replica}" for replica in outcome.started]
     record.did += [f"renewed the certificate of {node}" for node in outcome.renewed]
     record.could_not += [f"start {r}: {why}" for r, why in outcome.failed.items()]

@@ -39,7 +39,7 @@ def pass_view(catalog: Catalog, fleet: Fleet, plan: Plan, outcome: Outcome | Non
     """The targets and figures as a pass leaves the fleet: what it stopped withdrawn, what
     it started (and verified) in; `outcome` None: a pass that changed nothing."""
     addresses, _ = fleet.serving
-    stopped = frozenset(outcome.stopped) if outcome else frozenset()
+    stopped = frozenset(outcome.stopped + outcome.withdrawn_lost) if outcome else frozenset()
     started = set(outcome.started) if outcome else set()
     table = route_table(
         catalog,

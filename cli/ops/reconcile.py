@@ -511,6 +511,11 @@ def outcome_lines(outcome: Outcome) -> list[str]:
                 lines.append(f"  {shard.unit} on {shard.node}, its journal's last lines:")
                 lines += [f"    {line}" for line in journal]
     lines += [f"NOT STOPPED {r}: {why}" for r, why in outcome.stop_failures.items()]
+    lines += [
+        f"withdrew {r} from the routers: its nodes are lost, so nothing of it could be"
+        " stopped; the pass that reaches them again stops it"
+        for r in outcome.withdrawn_lost
+    ]
     lines += [f"NOT DRAINED {r}: {why}; it serves on" for r, why in outcome.undrained.items()]
     lines += [f"ROUTERS NOT UPDATED: {why}" for why in outcome.route_failures]
     lines += [f"LEFT UNDONE (ctl is stopping): {step}" for step in outcome.left_undone]

@@ -92,8 +92,11 @@ class Outcome:
     failed: dict[str, str] = field(default_factory=dict)  # replica → why it did not start
     stage_failed: list[str] = field(default_factory=list)  # of those, the ones never started
     failed_shards: list[FailedShard] = field(default_factory=list)  # each, with its journal
-    stopped: list[str] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)  # each once: every shard it had stopped
     stop_failures: dict[str, str] = field(default_factory=dict)
+    # Taken out of the routers with nothing stopped: every shard is on a lost node, out of
+    # reach; its shards are stopped by the pass that finds its node answering again.
+    withdrawn_lost: list[str] = field(default_factory=list)
     undrained: dict[str, str] = field(default_factory=dict)  # replica → why it serves on
     phases: list[str] = field(default_factory=list)  # what ran, in order
     ledger: dict[str, Backoff] = field(default_factory=dict)
@@ -283,11 +286,17 @@ def _stop(
 ) -> None:
     report(f"{phase}: {', '.join(s.replica for s in stops)}")
     outcome.phases.append(phase)
-    failures = executor.stop(stops)
+    failures = executor.stop([stop for stop in stops if stop.shards])
     for stop in stops:
+        if not stop.shards:
+            outcome.withdrawn_lost.append(stop.replica)  # nothing ran: it is not "stopped"
+            continue
         mine = {(s.node, unit_name(stop.replica, s.record.rank)) for s in stop.shards}
         errors = [why for key, why in failures.items() if key in mine]
         if errors:
             outcome.stop_failures[stop.replica] = errors[0]
-        else:
+            if stop.replica in outcome.stopped:  # its rank 0, in an earlier step: not whole
+                outcome.stopped.remove(stop.replica)
+        elif stop.replica not in outcome.stopped and stop.replica not in outcome.stop_failures:
+            # A drain stops rank 0 and then the workers, two steps: one replica, said once.
             outcome.stopped.append(stop.replica)

@@ -133,6 +133,7 @@ def outcome_json(outcome: Outcome) -> dict[str, Any]:
         ],
         "stopped": list(outcome.stopped),
         "not_stopped": dict(outcome.stop_failures),
+        "withdrawn_lost": list(outcome.withdrawn_lost),
         "not_drained": dict(outcome.undrained),
         "routers_not_updated": list(outcome.route_failures),
         "renewed": list(outcome.renewed),

@@ -172,6 +172,7 @@ def test_bench_watch_runs_no_playbook_for_nothing_and_replaces_a_cut_nodes_repli
     # A pass with nothing to change ran no playbook: the routers said they serve the routes.
     assert figures["no_op"]["playbook_runs"] == 0
     recovery = figures["recovery"]
+    print(json.dumps(recovery, indent=1))  # every pass that stopped one, should this fail
     # Each single-node replica of the cut node started elsewhere, and was stopped on the
     # node once it came back; the controller exited 0 on SIGTERM.
     assert recovery["replicas"] and recovery["orphans_stopped"] == recovery["replicas"], recovery

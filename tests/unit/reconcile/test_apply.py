@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 
 from cli.reconcile.apply import apply
-from cli.reconcile.planner import Plan, plan
+from cli.reconcile.planner import Plan, Stop, plan
+from cli.shards.units import unit_name
 from tests.builders import NOW, catalog, hgx, shard, snapshot
 from tests.fakes.executor import FakeFleet
 
@@ -114,7 +118,54 @@ def test_a_retired_multi_node_replica_stops_rank_0_first_then_its_workers() -> N
     outcome = apply(the_plan, fake, NOW, random.Random(1))
     assert outcome.phases[-2:] == ["drain retired replicas", "stop retired replicas' workers"]
     assert fake.stop_calls == [("old-1/0",), ("old-1/1",)]
-    assert "old-1" in outcome.stopped
+    assert outcome.stopped == ["old-1"]  # two steps, one replica: said once
+
+
+class WorkersStay(FakeFleet):
+    """Stops rank 0 but no worker."""
+
+    def stop(self, stops: Sequence[Stop]) -> dict[tuple[str, str], str]:
+        ranks0 = [
+            replace(s, shards=tuple(x for x in s.shards if x.record.rank == 0)) for s in stops
+        ]
+        failures = super().stop(ranks0)
+        for stop in stops:
+            for x in stop.shards:
+                if x.record.rank > 0:
+                    unit = unit_name(stop.replica, x.record.rank)
+                    failures[(x.node, unit)] = f"{unit} did not stop"
+        return failures
+
+
+def test_a_drained_multi_node_replica_whose_worker_stays_is_not_said_stopped() -> None:
+    fleet = snapshot(
+        hgx("hgx-1", fabrics=FABRIC, shards=[shard("old-1", "old", range(8), 0, nodes=2)]),
+        hgx("hgx-2", fabrics=FABRIC, shards=[shard("old-1", "old", range(8), 1, nodes=2)]),
+        *(hgx(f"hgx-{i}", fabrics=FABRIC) for i in range(3, 5)),
+    )  # fmt: skip
+    outcome = apply(plan(MODELS, fleet, {}, ADDRESSES, random.Random(1)), WorkersStay(), NOW,
+                    random.Random(1))  # fmt: skip
+    assert outcome.stopped == []
+    assert outcome.stop_failures == {"old-1": "modelfleet-old-1-rank1.service did not stop"}
+    assert not outcome.complete
+
+
+def test_a_replica_wholly_on_a_lost_node_is_withdrawn_and_not_said_stopped() -> None:
+    """Nothing of it can be reached: the routers drop it and its replacement starts, but no
+    stop is sent and none is claimed; the pass that reaches its node again stops it."""
+    fleet = snapshot(
+        hgx("hgx-1", fabrics=FABRIC, unreachable_for=timedelta(hours=2),
+            shards=[shard("small-1", "small", [0, 1], profile="x2")]),
+        *(hgx(f"hgx-{i}", fabrics=FABRIC) for i in range(2, 5)),
+    )  # fmt: skip
+    fake = FakeFleet(routed={"small-1"})
+    the_plan = plan(MODELS, fleet, {}, ADDRESSES, random.Random(1))
+    assert [(s.replica, s.shards) for s in the_plan.stops] == [("small-1", ())]
+    outcome = apply(the_plan, fake, NOW, random.Random(1), router=fake)
+    assert (outcome.stopped, outcome.withdrawn_lost) == ([], ["small-1"])
+    assert all(not call for call in fake.stop_calls)  # no stop sent for it
+    assert "small-1" not in fake.routed
+    assert len(outcome.started) == 2 and outcome.complete
 
 
 def broken_and_retired() -> tuple[FakeFleet, Plan]:

@@ -4,12 +4,14 @@ cause and journal lines, a node's text shown as text (control characters escaped
 from __future__ import annotations
 
 import random
+from datetime import timedelta
 
+from cli.ops.controller import PassRecord, note_outcome
 from cli.ops.reconcile import outcome_lines
 from cli.reconcile.apply import apply
 from cli.reconcile.planner import plan
 from cli.ui.safe import shown
-from tests.builders import NOW, catalog, hgx, snapshot
+from tests.builders import NOW, catalog, hgx, shard, snapshot
 from tests.fakes.executor import FakeFleet
 from tests.unit.reconcile.test_drain import drain_plan, fleet
 
@@ -51,3 +53,26 @@ def test_a_drained_replica_whose_replacement_failed_is_said_to_serve_on() -> Non
     assert outcome_lines(outcome)[-1] == (
         "NOT DRAINED chat-1: its replacement chat-3 did not start; it serves on"
     )
+
+
+def test_a_replica_on_a_lost_node_is_said_withdrawn_in_the_output_and_the_pass_record() -> None:
+    fleet = snapshot(
+        hgx("hgx-1", unreachable_for=timedelta(hours=2),
+            shards=[shard("good-1", "good", [0], profile="x1")]),
+        hgx("hgx-2"),
+    )  # fmt: skip
+    outcome = apply(plan(MODELS, fleet, {}, {}, random.Random(1)), FakeFleet(), NOW,
+                    random.Random(1))  # fmt: skip
+    assert outcome_lines(outcome) == [
+        "started good-2",
+        "started bad-1",
+        "withdrew good-1 from the routers: its nodes are lost, so nothing of it could be"
+        " stopped; the pass that reaches them again stops it",
+    ]
+    record = PassRecord(number=1, started=NOW, dry_run=False)
+    note_outcome(record, outcome)
+    assert record.did == [
+        "withdrew good-1 from the routers (its nodes are lost: stopped once they answer)",
+        "started good-2",
+        "started bad-1",
+    ]
