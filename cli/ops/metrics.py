@@ -39,13 +39,14 @@ def pass_view(catalog: Catalog, fleet: Fleet, plan: Plan, outcome: Outcome | Non
     """The targets and figures as a pass leaves the fleet: what it stopped withdrawn, what
     it started (and verified) in; `outcome` None: a pass that changed nothing."""
     addresses, _ = fleet.serving
-    stopped = frozenset(outcome.stopped + outcome.withdrawn_lost) if outcome else frozenset()
+    # Out of the routers: what it stopped, and what it could only withdraw (on lost nodes).
+    withdrawn = frozenset(outcome.stopped + outcome.withdrawn_lost) if outcome else frozenset()
     started = set(outcome.started) if outcome else set()
     table = route_table(
         catalog,
         fleet.snapshot,
         addresses,
-        withdrawn=stopped,
+        withdrawn=withdrawn,
         started=[s for s in plan.starts if s.replica in started],
     )
     return PassView(tuple(fleet_targets(catalog, fleet, table)), pass_figures(table, plan))

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cli.catalog.load import load_catalog
 from cli.facts.model import ShardRecord
 from cli.inventory.load import load_inventory
 from cli.ops.context import AppContext
@@ -132,12 +133,8 @@ def embed(address: str, port: int, model: str, text: str = "hello") -> dict[str,
 
 def embedding_models(catalog: Path) -> set[str]:
     """The catalog's models whose profiles run as embedding models."""
-    models = (yaml.safe_load(catalog.read_text()) or {}).get("models") or {}
-    return {
-        name
-        for name, model in models.items()
-        if any(profile.get("embedding") for profile in model.get("profiles") or [])
-    }
+    models = load_catalog(catalog).models
+    return {name for name, model in models.items() if any(p.spec.embedding for p in model.profiles)}
 
 
 def rank0(fleet: LiveFleet, shards: list[tuple[str, ShardRecord]]) -> tuple[str, ShardRecord]:

@@ -124,6 +124,11 @@ class Tally:
     answered_from: dict[str, int] = field(default_factory=dict)
 
 
+# What a request that was not answered as it should be raises: the connection's or HTTP's
+# errors, and an answer not in OpenAI's shape.
+ANSWER_ERRORS: Final = (OSError, urllib.error.URLError, ValueError, KeyError, IndexError, TypeError)
+
+
 @dataclass
 class Client:
     """Asks the router for each model in turn until stopped: an embeddings request for a
@@ -192,8 +197,7 @@ class Client:
                 tally.sent += 1
                 try:
                     node = self.ask(model)
-                except (OSError, urllib.error.URLError, ValueError, KeyError, IndexError,
-                        TypeError) as error:  # fmt: skip
+                except ANSWER_ERRORS as error:
                     tally.failures.append(str(error))
                 else:
                     tally.answered_from[node] = tally.answered_from.get(node, 0) + 1
@@ -207,12 +211,14 @@ def requests_during(fleet: Fleet, models: Sequence[str], command: Sequence[str])
     url = f"http://{fleet.node(router).address}:{PORT}"
     nodes = {node.address: node.name for node in fleet.nodes}
     client = Client(url, master_key(fleet, router), models, nodes)
+    try:
+        client.learn()
+    except ANSWER_ERRORS as error:
+        raise FleetError(f"{router}'s router does not say what it serves: {error}") from None
     for model in models:  # each answers before the command starts, or there is nothing to see
         try:
-            client.learn()
             client.ask(model)
-        except (OSError, urllib.error.URLError, ValueError, KeyError, IndexError,
-                TypeError) as error:  # fmt: skip
+        except ANSWER_ERRORS as error:
             why = f"{model} does not answer through {router}'s router: {error}"
             raise FleetError(why) from None
     loop = threading.Thread(target=client.run, daemon=True)
