@@ -208,6 +208,42 @@ def test_the_probe_keeps_nvidia_smis_stderr_apart_and_its_exit_status(tmp_path: 
     assert found.gpus is not None and [gpu.index for gpu in found.gpus] == [0]
 
 
+def test_the_probe_marks_every_stderr_line_as_written_and_leaves_the_shell_as_it_was(
+    tmp_path: Path,
+) -> None:
+    # The shell marks the lines (no sed): a line that looks like a glob, one with leading
+    # blanks and backslashes stay as written, and the globbing and field splitting the
+    # probe's later sections rely on are back (the model store's markers are a glob).
+    fake = tmp_path / "bin" / "nvidia-smi"
+    fake.parent.mkdir()
+    fake.write_text(
+        "#!/bin/sh\n"
+        f"echo '{ROW_0}'\n"
+        "printf '%s\\n' '*' '  Unable to determine the device handle: \\\\0' '' 'last' >&2\n"
+        "exit 15\n"
+    )
+    fake.chmod(0o755)
+    store = tmp_path / "models"
+    (store / "m").mkdir(parents=True)
+    (store / "m" / ".modelfleet-complete").write_text('{"source": "hf://org/m"}')
+    done = subprocess.run(
+        ["sh", "-s", "--", str(store)],
+        input=PROBE.read_text(), capture_output=True, text=True, timeout=60, check=False,
+        cwd=tmp_path, env={**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    query = done.stdout.split("@@modelfleet begin query-gpu\n", 1)[1].split("@@modelfleet end")[0]
+    assert query.strip("\n").splitlines() == [
+        ROW_0,
+        "@@stderr *",
+        "@@stderr   Unable to determine the device handle: \\\\0",
+        "@@stderr last",
+    ]
+    assert "@@modelfleet end query-gpu 15\n" in done.stdout
+    model_store = done.stdout.split("@@modelfleet begin model-store\n", 1)[1]
+    assert "complete\tm\t" in model_store.split("@@modelfleet end")[0]
+
+
 def test_ctl_nodes_shows_a_cpu_node_with_the_driver_tools_as_having_no_gpus(
     tmp_path: Path,
 ) -> None:
