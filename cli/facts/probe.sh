@@ -1,5 +1,5 @@
 #!/bin/sh
-# modelfleet facts probe: one run per node, one SSH exec, POSIX sh, coreutils and sed (and
+# modelfleet facts probe: one run per node, one SSH exec, POSIX sh, coreutils and awk (and
 # python3, where the node has it, for the one thing sh cannot do: asking the engines).
 # It prints raw sections; every judgement is made by cli/facts/parse.py on the control
 # side, so an old probe on a node never misreads a new format. Read-only: it changes
