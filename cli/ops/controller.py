@@ -161,6 +161,10 @@ def note_outcome(record: PassRecord, outcome: Outcome) -> None:
         f"withdrew {replica} from the routers (its nodes are lost: stopped once they answer)"
         for replica in outcome.withdrawn_lost
     ]
+    record.did += [
+        f"stopped {replica} but its ranks on {', '.join(nodes)} (lost: stopped once they answer)"
+        for replica, nodes in outcome.stopped_but_lost.items()
+    ]
     record.did += [f"started {replica}" for replica in outcome.started]
     record.did += [f"renewed the certificate of {node}" for node in outcome.renewed]
     record.could_not += [f"start {r}: {why}" for r, why in outcome.failed.items()]

@@ -40,7 +40,11 @@ def pass_view(catalog: Catalog, fleet: Fleet, plan: Plan, outcome: Outcome | Non
     it started (and verified) in; `outcome` None: a pass that changed nothing."""
     addresses, _ = fleet.serving
     # Out of the routers: what it stopped, and what it could only withdraw (on lost nodes).
-    withdrawn = frozenset(outcome.stopped + outcome.withdrawn_lost) if outcome else frozenset()
+    withdrawn = (
+        frozenset([*outcome.stopped, *outcome.withdrawn_lost, *outcome.stopped_but_lost])
+        if outcome
+        else frozenset()
+    )
     started = set(outcome.started) if outcome else set()
     table = route_table(
         catalog,

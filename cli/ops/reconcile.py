@@ -516,6 +516,11 @@ def outcome_lines(outcome: Outcome) -> list[str]:
         " stopped; the pass that reaches them again stops it"
         for r in outcome.withdrawn_lost
     ]
+    lines += [
+        f"stopped {r} where its nodes answer and withdrew it from the routers; its ranks on"
+        f" {', '.join(nodes)} (lost) still run: the pass that reaches them again stops them"
+        for r, nodes in outcome.stopped_but_lost.items()
+    ]
     lines += [f"NOT DRAINED {r}: {why}; it serves on" for r, why in outcome.undrained.items()]
     lines += [f"ROUTERS NOT UPDATED: {why}" for why in outcome.route_failures]
     lines += [f"LEFT UNDONE (ctl is stopping): {step}" for step in outcome.left_undone]

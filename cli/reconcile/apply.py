@@ -97,6 +97,9 @@ class Outcome:
     # Taken out of the routers with nothing stopped: every shard is on a lost node, out of
     # reach; its shards are stopped by the pass that finds its node answering again.
     withdrawn_lost: list[str] = field(default_factory=list)
+    # Stopped on every node that answers, withdrawn from the routers; its ranks on these
+    # lost nodes still run, out of reach, until the pass that finds them answering again.
+    stopped_but_lost: dict[str, list[str]] = field(default_factory=dict)
     undrained: dict[str, str] = field(default_factory=dict)  # replica → why it serves on
     phases: list[str] = field(default_factory=list)  # what ran, in order
     ledger: dict[str, Backoff] = field(default_factory=dict)
@@ -297,6 +300,8 @@ def _stop(
             outcome.stop_failures[stop.replica] = errors[0]
             if stop.replica in outcome.stopped:  # its rank 0, in an earlier step: not whole
                 outcome.stopped.remove(stop.replica)
+        elif stop.out_of_reach:  # not every rank stopped: not "stopped"
+            outcome.stopped_but_lost[stop.replica] = list(stop.out_of_reach)
         elif stop.replica not in outcome.stopped and stop.replica not in outcome.stop_failures:
             # A drain stops rank 0 and then the workers, two steps: one replica, said once.
             outcome.stopped.append(stop.replica)

@@ -109,6 +109,8 @@ class Stop:
     drain: bool  # let in-flight requests finish: a healthy replica being retired
     # Drained off a node being emptied: the new replica that must serve before it goes.
     replacement: str | None = None
+    # The nodes of its ranks not in `shards`: lost, out of reach; stopped when they answer.
+    out_of_reach: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -277,7 +279,8 @@ def plan(
         if bucket is Condition.UNWANTED:
             drains.append(Stop(replica.replica, replica.model, reachable, why, drain=True))
         elif bucket is Condition.LOST:
-            stops.append(Stop(replica.replica, replica.model, reachable, why, drain=False))
+            lost = tuple(sorted({s.node for s in replica.shards} - {s.node for s in reachable}))
+            stops.append(Stop(replica.replica, replica.model, reachable, why, False, None, lost))
             notes[replica.model].append(f"replaces {replica.replica} ({why})")
         elif bucket is Condition.FAILED:
             stops.append(Stop(replica.replica, replica.model, reachable, why, drain=False))

@@ -39,6 +39,7 @@ def _stop_json(stop: Stop) -> dict[str, Any]:
         "drain": stop.drain,
         "replacement": stop.replacement,
         "shards": [{"node": s.node, "rank": s.record.rank} for s in stop.shards],
+        "out_of_reach": list(stop.out_of_reach),
     }
 
 
@@ -134,6 +135,7 @@ def outcome_json(outcome: Outcome) -> dict[str, Any]:
         "stopped": list(outcome.stopped),
         "not_stopped": dict(outcome.stop_failures),
         "withdrawn_lost": list(outcome.withdrawn_lost),
+        "stopped_but_lost": {r: list(nodes) for r, nodes in outcome.stopped_but_lost.items()},
         "not_drained": dict(outcome.undrained),
         "routers_not_updated": list(outcome.route_failures),
         "renewed": list(outcome.renewed),

@@ -168,6 +168,28 @@ def test_a_replica_wholly_on_a_lost_node_is_withdrawn_and_not_said_stopped() -> 
     assert len(outcome.started) == 2 and outcome.complete
 
 
+def test_a_replica_with_a_rank_on_a_lost_node_is_not_said_stopped_while_that_rank_runs() -> None:
+    """Rank 0 answers and is stopped; rank 1 is on a lost node and still runs: the replica
+    is named with that node, never in `stopped` (which means every rank stopped)."""
+    fleet = snapshot(
+        hgx("hgx-1", fabrics=FABRIC,
+            shards=[shard("big-1", "big", range(8), 0, nodes=2, profile="x16")]),
+        hgx("hgx-2", fabrics=FABRIC, unreachable_for=timedelta(hours=2),
+            shards=[shard("big-1", "big", range(8), 1, nodes=2, profile="x16")]),
+        *(hgx(f"hgx-{i}", fabrics=FABRIC) for i in range(3, 5)),
+    )  # fmt: skip
+    fake = FakeFleet(routed={"big-1"})
+    fake.adopt(fleet)
+    the_plan = plan(MODELS, fleet, {}, ADDRESSES, random.Random(1))
+    [stop] = [s for s in the_plan.stops if s.replica == "big-1"]
+    assert ([s.node for s in stop.shards], stop.out_of_reach) == (["hgx-1"], ("hgx-2",))
+    outcome = apply(the_plan, fake, NOW, random.Random(1), router=fake)
+    assert (outcome.stopped, outcome.withdrawn_lost) == ([], [])
+    assert outcome.stopped_but_lost == {"big-1": ["hgx-2"]}
+    assert "big-1" not in fake.routed
+    assert outcome.complete  # all that could be done was: the next pass stops rank 1
+
+
 def broken_and_retired() -> tuple[FakeFleet, Plan]:
     """small-1 failed (stopped first), gone-1 wanted by nobody (drained last); both routed."""
     fleet = snapshot(

@@ -8,8 +8,9 @@ from datetime import timedelta
 
 from cli.ops.controller import PassRecord, note_outcome
 from cli.ops.reconcile import outcome_lines
-from cli.reconcile.apply import apply
+from cli.reconcile.apply import Outcome, apply
 from cli.reconcile.planner import plan
+from cli.reconcile.report import outcome_json
 from cli.ui.safe import shown
 from tests.builders import NOW, catalog, hgx, shard, snapshot
 from tests.fakes.executor import FakeFleet
@@ -76,3 +77,17 @@ def test_a_replica_on_a_lost_node_is_said_withdrawn_in_the_output_and_the_pass_r
         "started good-2",
         "started bad-1",
     ]
+
+
+def test_a_replica_stopped_but_for_its_ranks_on_lost_nodes_says_which_still_run() -> None:
+    outcome = Outcome(stopped_but_lost={"big-1": ["hgx-2", "hgx-3"]})
+    assert outcome_lines(outcome) == [
+        "stopped big-1 where its nodes answer and withdrew it from the routers; its ranks on"
+        " hgx-2, hgx-3 (lost) still run: the pass that reaches them again stops them"
+    ]
+    record = PassRecord(number=1, started=NOW, dry_run=False)
+    note_outcome(record, outcome)
+    assert record.did == [
+        "stopped big-1 but its ranks on hgx-2, hgx-3 (lost: stopped once they answer)"
+    ]
+    assert outcome_json(outcome)["stopped_but_lost"] == {"big-1": ["hgx-2", "hgx-3"]}
