@@ -4,8 +4,8 @@
 installs the LiteLLM proxy there (playbooks/deploy_router.yml) and points it at the
 replicas that serve (docs/routing.md). `requests MODEL... -- COMMAND...` then shows what a
 client sees while COMMAND (say, `ctl drain node-3`) runs: requests through the router
-(chat completions; embeddings for an embedding model), one after another, each on a new
-connection, with every failure counted and the node of every answer.
+(chat completions; embeddings for an embedding model or an alias of one), one after
+another, each on a new connection, with every failure counted and the node of every answer.
 """
 
 from __future__ import annotations
@@ -115,6 +115,31 @@ def master_key(fleet: Fleet, node: str) -> str:
     return found.group(1)
 
 
+def aliases_of(config: str) -> dict[str, str]:
+    """Each name a LiteLLM configuration answers for as another model (`router_settings.
+    model_group_alias`, cli/routes/litellm.py): alias → the model it is asked of."""
+    loaded = yaml.safe_load(config)
+    settings = loaded.get("router_settings") if isinstance(loaded, dict) else None
+    aliases = settings.get("model_group_alias") if isinstance(settings, dict) else None
+    if not isinstance(aliases, dict):
+        return {}
+    return {str(alias): str(model) for alias, model in aliases.items()}
+
+
+def router_aliases(fleet: Fleet, node: str) -> dict[str, str]:
+    """The aliases the router on `node` was given (its config.yaml, deploy_router.yml's)."""
+    done = subprocess.run(
+        fleet.ssh_command(node, "cat", f"{ROUTER_ETC}/config.yaml"),
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise FleetError(f"{node} has no router configuration: {done.stderr.strip()}")
+    try:
+        return aliases_of(done.stdout)
+    except yaml.YAMLError as error:
+        raise FleetError(f"{node}: its router configuration is not YAML: {error}") from None
+
+
 @dataclass
 class Tally:
     """What one model's requests came to."""
@@ -132,8 +157,8 @@ ANSWER_ERRORS: Final = (OSError, urllib.error.URLError, ValueError, KeyError, In
 @dataclass
 class Client:
     """Asks the router for each model in turn until stopped: an embeddings request for a
-    model the router serves as one (its `model_info.mode`, cli/routes/litellm.py), a chat
-    completion for the others (aliases included), as a client of each would."""
+    model the router serves as one (its `model_info.mode`, cli/routes/litellm.py) or an
+    alias of one, a chat completion for the others, as a client of each would."""
 
     url: str
     key: str
@@ -143,6 +168,16 @@ class Client:
     stop: threading.Event = field(default_factory=threading.Event)
     embedding: set[str] = field(default_factory=set)
     engine_of: dict[str, str] = field(default_factory=dict)  # replica → its engine's URL
+    aliases: Mapping[str, str] = field(default_factory=dict)  # alias → the model it asks
+
+    def embeds(self, model: str) -> bool:
+        """Whether `model`, or the model it is an alias of, is served as an embedding model
+        (LiteLLM's /v1/model/info names models, never their aliases)."""
+        name, seen = model, {model}
+        while name not in self.embedding and self.aliases.get(name, name) not in seen:
+            name = self.aliases[name]
+            seen.add(name)
+        return name in self.embedding
 
     def _call(self, path: str, body: object = None) -> tuple[object, str]:
         """The answer to GET (no body) or POST `path`, and the replica LiteLLM says
@@ -175,7 +210,7 @@ class Client:
 
     def ask(self, model: str) -> str:
         """One request for `model`; the node that answered."""
-        if model in self.embedding:
+        if self.embeds(model):
             answer, replica = self._call("/v1/embeddings", {"model": model, "input": "hello"})
             vector = cast(dict[str, list[dict[str, Any]]], answer)["data"][0]["embedding"]
             if not (isinstance(vector, list) and vector):
@@ -211,6 +246,7 @@ def requests_during(fleet: Fleet, models: Sequence[str], command: Sequence[str])
     url = f"http://{fleet.node(router).address}:{PORT}"
     nodes = {node.address: node.name for node in fleet.nodes}
     client = Client(url, master_key(fleet, router), models, nodes)
+    client.aliases = router_aliases(fleet, router)
     try:
         client.learn()
     except ANSWER_ERRORS as error:
