@@ -93,6 +93,40 @@ def split_sections(output: str) -> dict[str, Section]:
     return sections
 
 
+# probe.sh asks for the GPUs, their MIG modes and their pages pending retirement in one
+# nvidia-smi run, the section "gpus"; a driver that refused it (exit 2, a field it does not
+# know) was asked the three queries apart, and those sections are read as they are.
+GPU_QUERIES: Final = ("query-gpu", "mig", "retired-pages")
+_GPUS_COLUMNS: Final = 9  # query-gpu's seven, mig.mode.current, retired_pages.pending
+_QUERY_GPU_COLUMNS: Final = 7
+
+
+def gpu_queries(sections: dict[str, Section]) -> dict[str, Section]:
+    """The sections with the combined run read as the three queries it stands for would
+    answer: each row split into theirs, and every other line (nvidia-smi's messages), the
+    stderr and the exit status given to each, as each run of nvidia-smi would print them."""
+    combined = sections.get("gpus")
+    if combined is None or any(name in sections for name in GPU_QUERIES):
+        return sections
+    query: list[str] = []
+    mig: list[str] = []
+    retired: list[str] = []
+    for line in combined.text.splitlines():
+        fields = [field.strip() for field in line.split(",")]
+        if len(fields) == _GPUS_COLUMNS:
+            query.append(", ".join(fields[:_QUERY_GPU_COLUMNS]))
+            mig.append(f"{fields[0]}, {fields[7]}")
+            retired.append(f"{fields[0]}, {fields[8]}")
+        else:
+            for rows in (query, mig, retired):
+                rows.append(line)
+    derived = {
+        name: Section("\n".join(rows), combined.status, combined.stderr)
+        for name, rows in zip(GPU_QUERIES, (query, mig, retired), strict=True)
+    }
+    return {**sections, **derived}
+
+
 class ProbeOutputError(ValueError):
     """Output that cannot be trusted as a whole, e.g. unreadable shard records."""
 
@@ -103,7 +137,7 @@ def facts_from_probe(output: str, gathered_at: datetime) -> NodeFacts:
     Unreadable shard records fail the whole node (ProbeOutputError): read as "no shards",
     they would make GPUs in use look free.
     """
-    sections = split_sections(output)
+    sections = gpu_queries(split_sections(output))
     notes: list[str] = []
     version = sections.get("version")
     memory = _memory(sections, notes)

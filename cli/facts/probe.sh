@@ -77,19 +77,30 @@ smi() {
 }
 
 if command -v nvidia-smi >/dev/null 2>&1; then
-  begin query-gpu
-  smi --query-gpu=index,uuid,name,pci.bus_id,memory.total,memory.used,ecc.errors.uncorrected.volatile.total --format=csv,noheader,nounits
-  end query-gpu $?
-  # Asked apart: a driver older than MIG (R450) refuses the field, and loses only this.
-  begin mig
-  smi --query-gpu=index,mig.mode.current --format=csv,noheader,nounits
-  end mig $?
-  # Memory repairs a GPU waits for, each asked apart as MIG is (a driver that does not know
-  # a field refuses the whole query): pages pending retirement (before Ampere), rows pending
-  # remapping or failed (Ampere and newer). cli/facts/sections/gpuhealth.py reads them.
-  begin retired-pages
-  smi --query-gpu=index,retired_pages.pending --format=csv,noheader,nounits
-  end retired-pages $?
+  # The GPUs, their MIG modes and the pages pending retirement in one run: each run of
+  # nvidia-smi starts NVML afresh, tens of milliseconds of a real node's CPU. ctl reads it as
+  # the three queries below would answer (cli/facts/probe.py, gpu_queries).
+  begin gpus
+  smi --query-gpu=index,uuid,name,pci.bus_id,memory.total,memory.used,ecc.errors.uncorrected.volatile.total,mig.mode.current,retired_pages.pending --format=csv,noheader,nounits
+  gpus_status=$?
+  end gpus "$gpus_status"
+  # A driver that does not know a field refuses the whole query (`Field "x" is not a valid
+  # field to query.`, exit 2): then each is asked apart, so that a driver older than MIG
+  # (R450) loses only that field.
+  if [ "$gpus_status" -eq 2 ]; then
+    begin query-gpu
+    smi --query-gpu=index,uuid,name,pci.bus_id,memory.total,memory.used,ecc.errors.uncorrected.volatile.total --format=csv,noheader,nounits
+    end query-gpu $?
+    begin mig
+    smi --query-gpu=index,mig.mode.current --format=csv,noheader,nounits
+    end mig $?
+    begin retired-pages
+    smi --query-gpu=index,retired_pages.pending --format=csv,noheader,nounits
+    end retired-pages $?
+  fi
+  # Memory repairs a GPU waits for, asked apart (another query): rows pending remapping or
+  # failed (Ampere and newer); pages pending retirement (before Ampere) are asked above.
+  # cli/facts/sections/gpuhealth.py reads them.
   begin remapped-rows
   smi --query-remapped-rows=gpu_uuid,remapped_rows.pending,remapped_rows.failure --format=csv,noheader,nounits
   end remapped-rows $?

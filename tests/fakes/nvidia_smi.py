@@ -488,6 +488,11 @@ def main(
 # The facts probe's nvidia-smi command lines, verbatim from cli/facts/probe.sh (a unit test
 # holds them equal to the probe's), by the name of their precomputed outputs.
 PROBE_INVOCATIONS: Final[Mapping[str, tuple[str, ...]]] = {
+    "gpus": (
+        "--query-gpu=index,uuid,name,pci.bus_id,memory.total,memory.used,"
+        "ecc.errors.uncorrected.volatile.total,mig.mode.current,retired_pages.pending",
+        "--format=csv,noheader,nounits",
+    ),
     "query-gpu": (
         "--query-gpu=index,uuid,name,pci.bus_id,memory.total,memory.used,"
         "ecc.errors.uncorrected.volatile.total",

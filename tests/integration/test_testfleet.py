@@ -19,6 +19,7 @@ from cli.facts.parse import (
     parse_query_gpu,
     parse_topology,
 )
+from cli.facts.probe import gpu_queries, split_sections
 from cli.facts.sections.infiniband import parse_infiniband
 from cli.inventory.load import load_inventory
 from cli.pki.paths import PKI_DIR
@@ -32,7 +33,6 @@ pytestmark = pytest.mark.fleet
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = ROOT / "cli" / "facts" / "probe.sh"
-SECTION = re.compile(r"^@@modelfleet begin (\S+)\n(.*?)\n@@modelfleet end \1 (\d+)$", re.S | re.M)
 
 
 def known_hosts_entries(path: Path) -> dict[str, str]:
@@ -142,14 +142,13 @@ def test_the_inventory_describes_the_fleet(testfleet: LiveFleet) -> None:
     assert testfleet.key.stat().st_mode & 0o777 == 0o600
 
 
-def probe(testfleet: LiveFleet, name: str) -> dict[str, tuple[str, int]]:
-    """The facts probe run over ssh on a node: section → (text, exit status)."""
+def probe(testfleet: LiveFleet, name: str) -> dict[str, tuple[str, int | None]]:
+    """The facts probe run over ssh on a node: section → (text, exit status), the one
+    nvidia-smi run for the GPUs read as the three queries it stands for."""
     result = testfleet.ssh(name, "sh", "-s", stdin=PROBE.read_text())
     assert result.returncode == 0, result.stderr
-    return {
-        m.group(1): (m.group(2).rstrip("\n"), int(m.group(3)))
-        for m in SECTION.finditer(result.stdout)
-    }
+    sections = gpu_queries(split_sections(result.stdout))
+    return {name: (section.text, section.status) for name, section in sections.items()}
 
 
 def test_the_probe_reads_each_nodes_fake_hardware(testfleet: LiveFleet) -> None:
@@ -167,6 +166,8 @@ def test_the_probe_reads_each_nodes_fake_hardware(testfleet: LiveFleet) -> None:
             assert sections["query-gpu"] == ("nvidia-smi: command not found", 127)
             assert sections["pci-nvidia"] == ("", 0)
         else:
+            assert sections["gpus"][1] == 0  # one run: no field refused
+            assert "mig" in sections and "retired-pages" in sections
             text, status = sections["query-gpu"]
             assert status == 0
             gpus = parse_query_gpu(text)
@@ -200,7 +201,7 @@ def test_the_probe_reads_each_nodes_fake_hardware(testfleet: LiveFleet) -> None:
 
 
 def test_nvidia_smi_answers_as_the_python_fake(testfleet: LiveFleet) -> None:
-    """/usr/bin/nvidia-smi is the fake's sh fast path (the probe's four command lines,
+    """/usr/bin/nvidia-smi is the fake's sh fast path (the probe's command lines,
     answered from outputs precomputed at setup) in front of the Python fake (anything else):
     on every node, its stdout, stderr and exit status are the Python fake's."""
     invocations = {**nvidia_smi.PROBE_INVOCATIONS, "list": ("-L",), "other": ("topo", "-mp")}

@@ -1,8 +1,9 @@
 """The GPU health sections: memory repairs pending, and fields nvidia-smi cannot read.
 
-Asked apart from the main GPU query (probe.sh), each its own section, because a driver that
-does not know a field refuses the whole query (`Field "x" is not a valid field to query.`,
-exit 2): an old driver then loses only this, said in a note.
+Each its own section: retired pages asked with the GPU query in one nvidia-smi run and read
+as if asked apart (cli/facts/probe.py `gpu_queries`), or apart when a driver that does not
+know a field refused that run (`Field "x" is not a valid field to query.`, exit 2), so an old
+driver loses only this, said in a note; remapped rows are another query, always apart.
 
 - `retired-pages`: `nvidia-smi --query-gpu=index,retired_pages.pending`: "Yes" when a page
   waits to be retired at the next driver reload (NVML's nvmlDeviceGetRetiredPagesPendingStatus;

@@ -32,14 +32,24 @@ FAKE = ROOT / "tests" / "fakes" / "nvidia_smi.py"
 UUID_0 = "GPU-aaaaaaaa-1111-2222-3333-444444444444"
 
 
-def probed(spec: testfleet.NodeSpec, tmp_path: Path) -> NodeFacts:
-    """The real probe's facts on a node whose nvidia-smi is the test fleet's fake."""
+def probed(spec: testfleet.NodeSpec, tmp_path: Path, refused: str | None = None) -> NodeFacts:
+    """The real probe's facts on a node whose nvidia-smi is the test fleet's fake; with
+    `refused`, one whose driver refuses a --query-gpu naming that text as nvidia-smi refuses
+    a field it does not know."""
     data = tmp_path / "gpus.json"
+    tmp_path.mkdir(exist_ok=True)
     data.write_text(json.dumps(testfleet.gpu_data("node-1", spec)))
     tools = tmp_path / "bin"
     tools.mkdir()
     smi = tools / "nvidia-smi"
-    smi.write_text(f'#!/bin/sh\nexec {sys.executable} -IS {FAKE} "$@"\n')
+    refuse = ""
+    if refused is not None:
+        refuse = (
+            f'case "$1" in --query-gpu=*{refused}*)\n'
+            f"  printf 'Field \"%s\" is not a valid field to query.\\n\\n' {refused}; exit 2;;\n"
+            "esac\n"
+        )
+    smi.write_text(f'#!/bin/sh\n{refuse}exec {sys.executable} -IS {FAKE} "$@"\n')
     smi.chmod(0o755)
     environment = {
         **os.environ,
@@ -270,3 +280,36 @@ def test_a_field_in_error_is_a_fault_and_its_value_unknown() -> None:
 
     assert flags.values == {"retired_pages.pending": None}
     assert flags.faults == ("retired_pages.pending: [GPU requires reset]",)
+
+
+ONE_RUN = "index,uuid,name,pci.bus_id,memory.total,memory.used,ecc.errors.uncorrected.volatile.total,mig.mode.current,retired_pages.pending"  # noqa: E501
+GPU_NODE_SPECS = [
+    *(spec for i in range(1, 8) if (spec := testfleet.default_spec(i)).gpus is not None),
+    gpu_spec("NVIDIA H100 80GB HBM3", repair_pending=(1,), requires_reset=(2,)),
+    gpu_spec("Tesla V100-SXM2-32GB", repair_pending=(0,)),
+    gpu_spec("NVIDIA A100-SXM4-80GB", mig_enabled=(1,), requires_reset=(2,)),
+]
+
+
+@pytest.mark.parametrize("spec", GPU_NODE_SPECS, ids=lambda spec: spec.gpus.model)
+def test_one_nvidia_smi_run_reads_as_the_three_queries_it_stands_for(
+    spec: testfleet.NodeSpec, tmp_path: Path
+) -> None:
+    """The GPUs, MIG modes and pages pending retirement asked in one run give the facts the
+    three runs apart give (those of a driver that refuses the one run: the probe's fallback,
+    and what the probe asked before)."""
+    together = probed(spec, tmp_path / "one")
+    apart = probed(spec, tmp_path / "three", refused=ONE_RUN)
+    assert together.gpus  # some GPUs, read
+    # All but what other work on this machine moves: free memory and disk space.
+    unmoved = {"model_store": None, "memory": None}
+    assert together.model_copy(update=unmoved) == apart.model_copy(update=unmoved)
+
+
+def test_a_driver_older_than_mig_loses_only_the_mig_modes(tmp_path: Path) -> None:
+    spec = gpu_spec("Tesla V100-SXM2-32GB", repair_pending=(0,))
+    found = probed(spec, tmp_path, refused="mig.mode.current")
+    assert found.gpus is not None and len(found.gpus) == 3
+    assert [gpu.mig_enabled for gpu in found.gpus] == [None, None, None]  # unknown
+    assert [gpu.retired_pages_pending for gpu in found.gpus] == [True, False, False]
+    assert "nvidia-smi did not report MIG mode (exit 2)" in found.notes

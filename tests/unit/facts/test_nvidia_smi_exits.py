@@ -198,12 +198,12 @@ def test_the_probe_keeps_nvidia_smis_stderr_apart_and_its_exit_status(tmp_path: 
         env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    query = done.stdout.split("@@modelfleet begin query-gpu\n", 1)[1].split("@@modelfleet end")[0]
+    query = done.stdout.split("@@modelfleet begin gpus\n", 1)[1].split("@@modelfleet end")[0]
     assert query.strip().splitlines() == [
         ROW_0,
         "@@stderr WARNING: infoROM is corrupted at gpu 0000:B3:00.0",
     ]
-    assert "@@modelfleet end query-gpu 14\n" in done.stdout
+    assert "@@modelfleet end gpus 14\n" in done.stdout
     found = facts_from_probe(done.stdout, NOW)
     assert found.gpus is not None and [gpu.index for gpu in found.gpus] == [0]
 
@@ -232,14 +232,14 @@ def test_the_probe_marks_every_stderr_line_as_written_and_leaves_the_shell_as_it
         cwd=tmp_path, env={**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}"},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    query = done.stdout.split("@@modelfleet begin query-gpu\n", 1)[1].split("@@modelfleet end")[0]
+    query = done.stdout.split("@@modelfleet begin gpus\n", 1)[1].split("@@modelfleet end")[0]
     assert query.strip("\n").splitlines() == [
         ROW_0,
         "@@stderr *",
         "@@stderr   Unable to determine the device handle: \\\\0",
         "@@stderr last",
     ]
-    assert "@@modelfleet end query-gpu 15\n" in done.stdout
+    assert "@@modelfleet end gpus 15\n" in done.stdout
     model_store = done.stdout.split("@@modelfleet begin model-store\n", 1)[1]
     assert "complete\tm\t" in model_store.split("@@modelfleet end")[0]
 
@@ -261,3 +261,26 @@ def test_ctl_nodes_shows_a_cpu_node_with_the_driver_tools_as_having_no_gpus(
     assert row.split()[:4] == ["cpu-1", "Ready", "plain", "-"]  # GPUS: none, not "?"
     assert "?" not in row
     assert "cpu-1: no NVIDIA device on the PCI bus" in shown.stdout
+
+
+def test_one_run_with_a_lost_gpu_and_a_warning_reads_as_the_three_runs_would() -> None:
+    # Each run of nvidia-smi prints the same messages and exits alike: the one run's are
+    # given to each query it stands for, and the GPUs' rows split into theirs.
+    lost = sample("nvidia-smi-gpu-lost-owod-81.txt")
+    warning = "WARNING: infoROM is corrupted at gpu 0000:B3:00.0"
+    rows = [(ROW_0, "Disabled", "[N/A]"), (ROW_2, "Enabled", "No")]
+    one = "".join(f"{row}, {mig}, {pages}\n" for row, mig, pages in rows)
+    together = facts("", gpus=section("gpus", stderr(lost) + warning + "\n" + one, 15))
+    apart = facts(
+        section("query-gpu", stderr(lost) + warning + "\n" + ROW_0 + "\n" + ROW_2 + "\n", 15),
+        mig=section("mig", stderr(lost) + warning + "\n0, Disabled\n2, Enabled\n", 15),
+        **{
+            "retired-pages": section(
+                "retired-pages", stderr(lost) + warning + "\n0, [N/A]\n2, No\n", 15
+            )
+        },
+    )
+    assert together.gpus is not None and [gpu.index for gpu in together.gpus] == [0, 2]
+    assert [gpu.mig_enabled for gpu in together.gpus] == [False, True]
+    assert together.gpus_lost == 1
+    assert together == apart
