@@ -24,7 +24,7 @@ spec. Standard library only: it runs under the node's own /usr/bin/python3, isol
 
 That is still four Python start-ups per facts probe, most of the probe's CPU time when
 many nodes share a few CPUs. So on a node /usr/bin/nvidia-smi is not this file but the
-small sh script `fast_path_script()` makes: it answers the probe's four command lines
+small sh script `fast_path_script()` makes: it answers the probe's command lines
 (PROBE_INVOCATIONS) from outputs this fake computed when the node was set up
 (`precomputed()`), and runs this fake, installed beside the data, for anything else.
 """

@@ -323,7 +323,7 @@ class NodeFile:
     symlink: bool = False  # content is the link target
 
 
-# On a GPU node: /usr/bin/nvidia-smi is a sh script serving the probe's four command lines
+# On a GPU node: /usr/bin/nvidia-smi is a sh script serving the probe's command lines
 # from outputs precomputed here, and running the Python fake (installed beside, reading
 # gpus.json) for any other (tests/fakes/nvidia_smi.py, fast_path_script).
 NVIDIA_SMI_OUTPUTS: Final = "etc/modelfleet-fake/nvidia-smi"

@@ -60,7 +60,7 @@ GPU_NODES = [
 ]
 
 
-def test_the_probe_runs_five_nvidia_smi_commands_and_three_more_for_an_old_driver() -> None:
+def test_the_probe_runs_four_nvidia_smi_commands_and_three_more_for_an_old_driver() -> None:
     assert list(probe_invocations()) == [
         "gpus",
         "query-gpu",  # these three only when the driver refused the one before (exit 2)
