@@ -280,7 +280,9 @@ def plan(
             drains.append(Stop(replica.replica, replica.model, reachable, why, drain=True))
         elif bucket is Condition.LOST:
             lost = tuple(sorted({s.node for s in replica.shards} - {s.node for s in reachable}))
-            stops.append(Stop(replica.replica, replica.model, reachable, why, False, None, lost))
+            stops.append(
+                Stop(replica.replica, replica.model, reachable, why, drain=False, out_of_reach=lost)
+            )
             notes[replica.model].append(f"replaces {replica.replica} ({why})")
         elif bucket is Condition.FAILED:
             stops.append(Stop(replica.replica, replica.model, reachable, why, drain=False))
