@@ -23,6 +23,7 @@ from cli.facts.model import (
     ShardRecord,
 )
 from cli.facts.parse import (
+    GPU_QUERY_FIELDS,
     UNIT_STATES,
     UNIT_UNTOLD,
     FactsParseError,
@@ -97,8 +98,8 @@ def split_sections(output: str) -> dict[str, Section]:
 # nvidia-smi run, the section "gpus"; a driver that refused it (exit 2, a field it does not
 # know) was asked the three queries apart, and those sections are read as they are.
 GPU_QUERIES: Final = ("query-gpu", "mig", "retired-pages")
-_GPUS_COLUMNS: Final = 9  # query-gpu's seven, mig.mode.current, retired_pages.pending
-_QUERY_GPU_COLUMNS: Final = 7
+# The one run's fields, as probe.sh asks them (a unit test holds the two equal).
+GPUS_FIELDS: Final = (*GPU_QUERY_FIELDS, "mig.mode.current", "retired_pages.pending")
 
 
 def gpu_queries(sections: dict[str, Section]) -> dict[str, Section]:
@@ -111,12 +112,13 @@ def gpu_queries(sections: dict[str, Section]) -> dict[str, Section]:
     query: list[str] = []
     mig: list[str] = []
     retired: list[str] = []
+    width = len(GPU_QUERY_FIELDS)
     for line in combined.text.splitlines():
         fields = [field.strip() for field in line.split(",")]
-        if len(fields) == _GPUS_COLUMNS:
-            query.append(", ".join(fields[:_QUERY_GPU_COLUMNS]))
-            mig.append(f"{fields[0]}, {fields[7]}")
-            retired.append(f"{fields[0]}, {fields[8]}")
+        if len(fields) == len(GPUS_FIELDS):
+            query.append(", ".join(fields[:width]))
+            mig.append(f"{fields[0]}, {fields[width]}")
+            retired.append(f"{fields[0]}, {fields[width + 1]}")
         else:
             for rows in (query, mig, retired):
                 rows.append(line)

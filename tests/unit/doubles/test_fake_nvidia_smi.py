@@ -19,7 +19,14 @@ from typing import Any, cast
 
 import pytest
 
-from cli.facts.parse import parse_compute_apps, parse_mig_modes, parse_query_gpu, parse_topology
+from cli.facts.parse import (
+    GPU_QUERY_FIELDS,
+    parse_compute_apps,
+    parse_mig_modes,
+    parse_query_gpu,
+    parse_topology,
+)
+from cli.facts.probe import GPUS_FIELDS
 from tests import testfleet
 from tests.fakes import nvidia_smi
 from tests.fakes.nvidia_smi import FakeData, GpuData, NicData
@@ -404,6 +411,11 @@ def run_process(
         command, capture_output=True, text=True, timeout=30, check=False, env=environment
     )
     return result.returncode, result.stdout, result.stderr
+
+
+def test_the_probes_one_gpu_run_asks_the_fields_ctl_splits_it_by() -> None:
+    assert probe_invocations()["gpus"][0] == "--query-gpu=" + ",".join(GPUS_FIELDS)
+    assert probe_invocations()["query-gpu"][0] == "--query-gpu=" + ",".join(GPU_QUERY_FIELDS)
 
 
 def test_the_fast_path_serves_exactly_the_probes_invocations() -> None:
